@@ -62,7 +62,8 @@ float nvfp4_tensor_scale_from_amax(float amax);
 Status quantize_nvfp4(std::string_view tensor, std::span<const float> x, int64_t rows, int64_t cols,
                       float tensor_scale, std::span<uint8_t> packed,
                       std::span<uint8_t> block_scales);
-// out[i] = e2m1(q) * float(block scale) * tensor_scale, in that order.
+// out[i] = e2m1(q) * (float(block scale) * tensor_scale): the block's scale product first, as
+// ModelOpt's NVFP4QTensor.dequantize does (the order changes float32 rounding, so it is pinned).
 Status dequantize_nvfp4(std::string_view tensor, std::span<const uint8_t> packed,
                         std::span<const uint8_t> block_scales, float tensor_scale, int64_t rows,
                         int64_t cols, std::span<float> out);
