@@ -20,6 +20,14 @@ constexpr int kTopExponent = 8;
 constexpr uint8_t kUe4m3One = 0x38;
 constexpr uint8_t kUe4m3Smallest = 0x01;  // 2^-9, the smallest non-zero UE4M3
 
+// UE4M3 code of 2^(kTopExponent - d) for d = k_max - k in the window.
+struct WindowScaleCodes {
+  uint8_t code[kWindowBinades + 1];
+  WindowScaleCodes() {
+    for (int d = 0; d <= kWindowBinades; ++d) code[d] = encode_e4m3(std::ldexp(1.0f, kTopExponent - d));
+  }
+};
+
 // True when all 16 nibbles are +0 or -0 (codes 0x0 and 0x8).
 bool half_block_is_zero(const uint8_t* bytes) {
   uint64_t word = 0;
@@ -74,6 +82,7 @@ Result<TranscodeReport> transcode_mxfp4_to_nvfp4(std::span<const Mxfp4Source> so
   report.tensor_scale = std::ldexp(1.0f, m);
   const float six_tensor_scale = 6.0f * report.tensor_scale;
   const DecodeTables& tables = decode_tables();
+  static const WindowScaleCodes window_codes;
 
   // Pass 2: copy nibbles verbatim and rewrite each half block's scale.
   for (size_t t = 0; t < sources.size(); ++t) {
@@ -89,15 +98,14 @@ Result<TranscodeReport> transcode_mxfp4_to_nvfp4(std::span<const Mxfp4Source> so
       if (half_block_is_zero(bytes)) {
         ++report.blocks_all_zero;
         const int d = k_max - k;
-        dst.block_scales[b] = (k_max >= 0 && d >= 0 && d <= kWindowBinades)
-                                  ? encode_e4m3(std::ldexp(1.0f, kTopExponent - d))
-                                  : kUe4m3One;
+        dst.block_scales[b] =
+            (k_max >= 0 && d >= 0 && d <= kWindowBinades) ? window_codes.code[d] : kUe4m3One;
         continue;
       }
       const int d = k_max - k;
       if (d <= kWindowBinades) {
         // 2^(k - m) is exact in UE4M3, so e2m1 * 2^(k-m) * 2^m == e2m1 * 2^(k-127) bit for bit.
-        dst.block_scales[b] = encode_e4m3(std::ldexp(1.0f, kTopExponent - d));
+        dst.block_scales[b] = window_codes.code[d];
         ++report.blocks_lossless;
         continue;
       }
