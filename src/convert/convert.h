@@ -1,0 +1,58 @@
+// Checkpoint conversion: MXFP4 -> NVFP4 without loss (formats/transcode.h), streamed tensor by
+// tensor through checkpoint/writer.h, with the configs rewritten in the dialect engines read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "formats/transcode.h"
+
+namespace fp4moe::convert {
+
+// The routed experts of the main layers, as DeepSeek-V3/V4, Kimi and GLM name them. MTP/draft
+// layers (`mtp.*`) are left out, as NVIDIA's DeepSeek-V4 NVFP4 checkpoint leaves them MXFP4.
+inline const std::vector<std::string> kDefaultModulePatterns = {"layers.*.ffn.experts.*",
+                                                                "model.layers.*.mlp.experts.*"};
+
+struct ConvertProgress {
+  uint64_t bytes_done = 0;   // source bytes consumed so far
+  uint64_t bytes_total = 0;
+  size_t tensors_done = 0;
+  size_t tensors_total = 0;
+};
+
+struct ConvertOptions {
+  std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
+  bool force = false;                          // replace an existing destination
+  uint64_t max_shard_bytes = 5'000'000'000;
+  std::function<void(const ConvertProgress&)> on_progress;  // after each source tensor
+  const std::atomic<bool>* cancel = nullptr;   // set (e.g. by SIGINT) to stop; nothing is left
+};
+
+struct ConvertSummary {
+  formats::TranscodeReport report;   // all groups merged
+  size_t modules_converted = 0;
+  size_t tensors_copied = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  double seconds = 0.0;
+  nlohmann::json config;             // the config.json written
+  nlohmann::json hf_quant_config;    // the hf_quant_config.json written
+};
+
+// Converts the MXFP4 modules of `source` matching the patterns to NVFP4 (ModelOpt tensor names:
+// weight U8, weight_scale F8_E4M3 per 16, weight_scale_2 F32; the source's `.scale` dropped) and
+// copies everything else verbatim. w1/w3 (gate/up) of one expert share one weight_scale_2.
+// Errors name the module and reason; on any error or cancel the destination does not exist.
+Result<ConvertSummary> convert_mxfp4_to_nvfp4(const std::filesystem::path& source,
+                                              const std::filesystem::path& destination,
+                                              const ConvertOptions& options);
+
+}  // namespace fp4moe::convert

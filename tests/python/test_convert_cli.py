@@ -1,0 +1,161 @@
+"""`fp4moe convert` end to end on small DeepSeek-V4-style checkpoints written by the Python
+safetensors package (an independent writer), read back with it, and checked with numpy."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp4moe
+from st_io import load as load_file, save as save_file
+
+BUILD = Path(os.environ["FP4MOE_BUILD_DIR"])
+FP4MOE = BUILD / "fp4moe"
+F32 = np.float32
+E2M1 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(F32)
+
+STOCK_QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+            "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}
+
+
+def mx_expert(rng, rows, cols):
+    x = (rng.standard_normal((rows, cols)) * 0.02).astype(F32)
+    packed, scales = fp4moe.quantize_mxfp4(x)
+    # DeepSeek-V4 stores the packed nibbles as I8 and the scales as F8_E8M0.
+    return packed.view(np.int8), scales.view(ml_dtypes.float8_e8m0fnu)
+
+
+def make_checkpoint(path: Path, rng, experts=4, hidden=256, width=128, layers=2):
+    tensors = {}
+    for layer in range(layers):
+        for e in range(experts):
+            for w, (r, c) in (("w1", (width, hidden)), ("w3", (width, hidden)), ("w2", (hidden, width))):
+                packed, scales = mx_expert(rng, r, c)
+                tensors[f"layers.{layer}.ffn.experts.{e}.{w}.weight"] = packed
+                tensors[f"layers.{layer}.ffn.experts.{e}.{w}.scale"] = scales
+        tensors[f"layers.{layer}.ffn.gate.weight"] = rng.standard_normal((experts, hidden)).astype(ml_dtypes.bfloat16)
+        tensors[f"layers.{layer}.attn.wq_a.weight"] = rng.standard_normal((128, hidden)).astype(ml_dtypes.float8_e4m3fn)
+        tensors[f"layers.{layer}.attn.wq_a.scale"] = np.full((1, hidden // 128), 120, np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    packed, scales = mx_expert(rng, width, hidden)
+    tensors["mtp.0.ffn.experts.0.w1.weight"] = packed
+    tensors["mtp.0.ffn.experts.0.w1.scale"] = scales
+    path.mkdir()
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config = {"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"],
+              "expert_dtype": "fp4", "hidden_size": hidden, "moe_intermediate_size": width,
+              "n_routed_experts": experts, "num_hidden_layers": layers, "quantization_config": STOCK_QC}
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "tokenizer.json").write_text('{"fake": "tokenizer"}')
+    return tensors
+
+
+def run(*args, check=True):
+    proc = subprocess.run([str(FP4MOE), *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fp4moe {args} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def dequant_mx(packed, scales):
+    packed = packed.view(np.uint8)
+    vals = np.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), F32)
+    vals[..., 0::2], vals[..., 1::2] = E2M1[packed & 0xF], E2M1[packed >> 4]
+    s = np.ldexp(F32(1), scales.view(np.uint8).astype(np.int64) - 127).astype(F32)
+    return (vals.reshape(vals.shape[0], -1, 32) * s[..., None]).reshape(vals.shape)
+
+
+def dequant_nv(packed, block_scales, ts):
+    vals = np.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), F32)
+    vals[..., 0::2], vals[..., 1::2] = E2M1[packed & 0xF], E2M1[packed >> 4]
+    s = block_scales.astype(F32) * F32(ts)
+    return (vals.reshape(vals.shape[0], -1, 16) * s[..., None]).reshape(vals.shape)
+
+
+def test_convert_is_lossless_and_engine_readable(tmp_path, rng):
+    src = tmp_path / "dsv4-mxfp4"
+    source = make_checkpoint(src, rng)
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    proc = run("convert", src, tmp_path / "out", "--to", "nvfp4", "--json")
+    report = json.loads(proc.stdout)
+    assert report["modules_converted"] == 2 * 4 * 3
+    assert report["report"]["blocks_requantized"] == 0
+    assert report["report"]["lossless_fraction"] == 1.0
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    for layer in range(2):
+        for e in range(4):
+            ts = {}
+            for w in ("w1", "w3", "w2"):
+                m = f"layers.{layer}.ffn.experts.{e}.{w}"
+                assert f"{m}.scale" not in out
+                assert out[f"{m}.weight"].dtype == np.uint8
+                assert out[f"{m}.weight_scale"].dtype == ml_dtypes.float8_e4m3fn
+                assert out[f"{m}.weight_scale_2"].shape == () and out[f"{m}.weight_scale_2"].dtype == F32
+                ts[w] = out[f"{m}.weight_scale_2"]
+                assert np.array_equal(out[f"{m}.weight"], source[f"{m}.weight"].view(np.uint8))
+                assert np.array_equal(
+                    dequant_nv(out[f"{m}.weight"], out[f"{m}.weight_scale"], ts[w]),
+                    dequant_mx(source[f"{m}.weight"], source[f"{m}.scale"]))
+            assert ts["w1"] == ts["w3"], "gate and up share weight_scale_2"
+    # Untouched tensors are copied bit for bit, MTP experts stay MXFP4.
+    for name in ("layers.0.attn.wq_a.weight", "layers.1.ffn.gate.weight", "mtp.0.ffn.experts.0.w1.weight",
+                 "mtp.0.ffn.experts.0.w1.scale"):
+        assert out[name].tobytes() == source[name].tobytes()
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    qc = config["quantization_config"]
+    assert qc["quant_method"] == "fp8" and qc["moe_quant_algo"] == "NVFP4"
+    assert qc["quant_algo"] == "MIXED_PRECISION" and "mtp.*" in qc["ignore"]
+    assert qc["quantized_layers"]["layers.1.ffn.experts"] == {"quant_algo": "NVFP4", "group_size": 16}
+    assert not any(k.endswith("input_scale") for k in out), "weight-only: no invented input_scale"
+    hf = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())
+    assert hf["quantization"]["quant_algo"] == "MIXED_PRECISION"
+    assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"fake": "tokenizer"}'
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before, "source must not change"
+
+
+def test_convert_bad_input(tmp_path, rng):
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=1, layers=1)
+    missing = run("convert", tmp_path / "nope", tmp_path / "o1", check=False)
+    assert missing.returncode == 1 and "not a checkpoint directory" in missing.stderr
+    inside = run("convert", src, src / "sub", check=False)
+    assert inside.returncode == 1 and "inside" in inside.stderr
+    (tmp_path / "exists").mkdir()
+    exists = run("convert", src, tmp_path / "exists", check=False)
+    assert exists.returncode == 1 and "--force" in exists.stderr
+    not_mx = run("convert", src, tmp_path / "o2", "--modules", "layers.*.attn.*", check=False)
+    assert not_mx.returncode == 1 and "layers.0.attn.wq_a" in not_mx.stderr and "not MXFP4" in not_mx.stderr
+    nothing = run("convert", src, tmp_path / "o3", "--modules", "nomatch.*", check=False)
+    assert nothing.returncode == 1 and "no tensor matches" in nothing.stderr
+    unknown = run("convert", src, tmp_path / "o4", "--to", "int4", check=False)
+    assert unknown.returncode != 0
+    for name in ("o1", "o2", "o3", "o4"):
+        assert not (tmp_path / name).exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
+
+
+def test_convert_nan_scale_leaves_nothing(tmp_path, rng):
+    src = tmp_path / "src"
+    tensors = make_checkpoint(src, rng, experts=2, layers=1)
+    name = "layers.0.ffn.experts.1.w2.scale"
+    bad = tensors[name].view(np.uint8).copy()
+    bad[3, 1] = 0xFF
+    tensors[name] = bad.view(ml_dtypes.float8_e8m0fnu)
+    save_file(tensors, str(src / "model.safetensors"))
+    proc = run("convert", src, tmp_path / "out", check=False)
+    assert proc.returncode == 1
+    assert "layers.0.ffn.experts.1.w2.weight" in proc.stderr and "row 3, block 1" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+def test_convert_force_replaces(tmp_path, rng):
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=1, layers=1)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "stale.txt").write_text("old")
+    run("convert", src, tmp_path / "out", "--force")
+    assert not (tmp_path / "out" / "stale.txt").exists()
+    assert (tmp_path / "out" / "model.safetensors").exists()
