@@ -1,0 +1,528 @@
+// Detection: evaluates the config claims on every module, checks them against the tensors, groups
+// the result into a manifest and explains every disagreement as a finding.
+#include "detect/detect.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "detect/arch.h"
+#include "detect/claims.h"
+
+namespace fp4moe::detect {
+namespace {
+
+struct Module {
+  std::string name;
+  Role role;
+  int64_t multiplicity = 1;
+  Claim claim;
+  const TensorModule* tensors = nullptr;
+  SchemeSpec spec;  // final
+};
+
+// "model.layers.12.mlp.experts.7.w1" -> "model.layers.*.mlp.experts.*.w1"
+std::string group_name(std::string_view name) {
+  std::string out;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string_view::npos) dot = name.size();
+    std::string_view comp = name.substr(start, dot - start);
+    const bool digits = !comp.empty() && std::all_of(comp.begin(), comp.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (!out.empty()) out += '.';
+    out += digits ? std::string("*") : std::string(comp);
+    start = dot + 1;
+  }
+  return out;
+}
+
+bool is_quantized(Scheme s) {
+  return s != Scheme::kBf16 && s != Scheme::kAbsent && s != Scheme::kUnknown;
+}
+
+// A representative subset for pattern diagnostics: expert 0 stands for every expert.
+bool representative(std::string_view name) {
+  const size_t pos = name.find("experts.");
+  if (pos == std::string_view::npos) return true;
+  const size_t idx = pos + 8;
+  return idx >= name.size() || !std::isdigit(static_cast<unsigned char>(name[idx])) ||
+         (name[idx] == '0' && (idx + 1 == name.size() || name[idx + 1] == '.'));
+}
+
+// Without config.json: reconstruct the family and layer count from the module names the
+// quantization config mentions. Role existence is then unverified (a finding says so).
+ArchInfo arch_from_patterns(const ConfigClaims& claims) {
+  ArchInfo a = claims.arch;
+  std::string all;
+  int max_layer = -1;
+  auto scan = [&](const std::string& text) {
+    all += text + "\n";
+    size_t pos = 0;
+    while ((pos = text.find("layers.", pos)) != std::string::npos) {
+      pos += 7;
+      int v = 0, digits = 0;
+      while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])) &&
+             digits < 6) {
+        v = v * 10 + (text[pos++] - '0');
+        ++digits;
+      }
+      if (digits > 0) max_layer = std::max(max_layer, v);
+    }
+  };
+  for (const auto& p : claims.primary.excludes.patterns()) scan(p.text());
+  for (const auto& r : claims.primary.rules) scan(r.pattern.text());
+  auto has = [&](std::string_view s) { return all.find(s) != std::string::npos; };
+  if (has("kv_a_proj_with_mqa") || has("q_a_proj"))
+    a.family = Family::kDeepseekV3;
+  else if (has("block_sparse_moe"))
+    a.family = Family::kMiniMax;
+  else if (has("linear_attn") || has("language_model.layers"))
+    a.family = Family::kQwen35;
+  else if (has("backbone."))
+    a.family = Family::kNemotronH;
+  else if (has("ffn."))
+    a.family = Family::kDeepseekV4;
+  else
+    a.family = Family::kQwen3;
+  if (a.family == Family::kDeepseekV4) {
+    a.layer_prefix = "layers.";
+    a.lm_head_name = "head";
+    a.embed_name = "embed";
+  } else if (a.family == Family::kQwen35) {
+    a.layer_prefix = "model.language_model.layers.";
+  } else if (a.family == Family::kNemotronH) {
+    a.layer_prefix = "backbone.layers.";
+  }
+  a.num_layers = max_layer + 1;
+  a.n_routed_experts = 1;
+  a.shared_experts = true;
+  a.names_assumed = true;
+  for (int l = 0; l < a.num_layers; ++l) {
+    LayerShape s;
+    s.mixer = a.family == Family::kDeepseekV3 ? LayerShape::Mixer::kMla
+                                              : LayerShape::Mixer::kSelfAttention;
+    s.moe = true;
+    s.dense_mlp = true;
+    a.layers.push_back(s);
+  }
+  return a;
+}
+
+std::string scheme_list(const std::map<Scheme, int64_t>& counts) {
+  std::string out;
+  for (const auto& [s, n] : counts) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(n) + " " + std::string(to_string(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Manifest> detect(const DetectInput& in) {
+  if (in.config.is_null() && in.hf_quant_config.is_null()) {
+    return Error{"neither config.json nor hf_quant_config.json was given: nothing to inspect"};
+  }
+  auto arch_r = read_arch(in.config);
+  if (!arch_r.ok()) return arch_r.error();
+  auto claims_r = read_claims(in.config, in.hf_quant_config, arch_r.value());
+  if (!claims_r.ok()) return claims_r.error();
+  ConfigClaims& claims = claims_r.value();
+  Manifest man;
+  auto find = [&](Severity s, std::string code, std::string msg) {
+    man.findings.push_back({s, std::move(code), std::move(msg)});
+  };
+  man.findings = claims.findings;
+  man.dialect = claims.primary.dialect;
+  if (claims.sidecar) man.dialect += " + " + claims.sidecar->dialect;
+
+  ArchInfo& arch = claims.arch;
+  if (!arch.has_config) {
+    arch = arch_from_patterns(claims);
+    find(Severity::kWarning, "no_config_json",
+         "no config.json: the architecture (" + std::string(to_string(arch.family)) + " naming, " +
+             std::to_string(arch.num_layers) +
+             " layers) is reconstructed from the module names in the quantization config, so "
+             "which roles exist is not verified and MTP layers cannot be told apart");
+  }
+
+  // Inventory.
+  std::vector<Module> modules;
+  TensorEvidence ev;
+  man.tensors_checked = in.tensors.has_value();
+  if (in.tensors) {
+    ev = classify_tensors(*in.tensors);
+    for (const auto& tm : ev.modules) {
+      Module m;
+      m.name = tm.name;
+      m.role = classify_module(tm.name, arch);
+      m.tensors = &tm;
+      modules.push_back(std::move(m));
+    }
+    for (const auto& u : ev.unknown_dtypes) {
+      find(Severity::kWarning, "unknown_dtype",
+           "tensor " + u + " has a dtype this tool does not know");
+    }
+  } else {
+    // The naming convention under which the config's own patterns match the most modules.
+    int best = 0;
+    size_t best_hits = 0;
+    for (int c = 0; c < convention_count(arch.family); ++c) {
+      auto synth = synthesize_modules(arch, c);
+      size_t hits = 0;
+      auto count = [&](const Pattern& p) {
+        for (const auto& s : synth) {
+          if (p.matches(s.name)) {
+            ++hits;
+            return;
+          }
+        }
+      };
+      for (const auto& p : claims.primary.excludes.patterns()) count(p);
+      for (const auto& r : claims.primary.rules) {
+        if (!r.linear_class) count(r.pattern);
+      }
+      if (c == 0 || hits > best_hits) {
+        best = c;
+        best_hits = hits;
+      }
+    }
+    for (auto& s : synthesize_modules(arch, best)) {
+      Module m;
+      m.name = s.name;
+      m.multiplicity = s.multiplicity;
+      m.role = classify_module(s.name, arch);
+      modules.push_back(std::move(m));
+    }
+    if (convention_count(arch.family) > 1) {
+      find(Severity::kInfo, "naming_convention",
+           "configs only: module names taken as " +
+               std::string(convention_name(arch.family, best)) +
+               ", the convention under which the config's own patterns match");
+    }
+    if (arch.names_assumed && arch.has_config) {
+      find(Severity::kInfo, "names_assumed",
+           "configs only: the module names of model_type '" + arch.model_type +
+               "' are not confirmed by a checkpoint this tool has seen; roles were evaluated on "
+               "assumed names (" +
+               std::string(to_string(arch.family)) + " layout)");
+    }
+    find(Severity::kInfo, "tensors_not_checked",
+         "no safetensors headers were read: every scheme below is what the configs claim, not "
+         "what the weights hold");
+  }
+
+  // Claims and the final answer per module.
+  for (auto& m : modules) {
+    m.claim = claims.claim(m.name, m.role);
+    m.spec = m.claim.spec;
+    if (m.tensors) {
+      m.spec = m.tensors->spec;
+      const SchemeSpec& c = m.claim.spec;
+      // The activation is a config fact unless the tensors say it (input scales).
+      if (m.spec.scheme == c.scheme && m.spec.activation != Activation::kNvfp4 &&
+          m.spec.activation != Activation::kFp8Static && c.activation != Activation::kUnknown) {
+        m.spec.activation = c.activation;
+      }
+    }
+  }
+
+  // Config vs tensors, aggregated per (role, claim, tensor).
+  if (in.tensors) {
+    std::map<std::tuple<Role, Scheme, Scheme>, std::pair<int64_t, const Module*>> mismatch;
+    for (const auto& m : modules) {
+      if (m.claim.spec.scheme != m.spec.scheme) {
+        auto& e = mismatch[{m.role, m.claim.spec.scheme, m.spec.scheme}];
+        if (e.first++ == 0) e.second = &m;
+      }
+    }
+    for (const auto& [key, e] : mismatch) {
+      const auto& [role, claimed, actual] = key;
+      const Module& ex = *e.second;
+      Severity sev = Severity::kWarning;
+      std::string consequence;
+      if (claimed == Scheme::kUnknown) {
+        sev = Severity::kInfo;
+        consequence = "the configs could not tell; the tensors settle it";
+      } else if (actual == Scheme::kUnknown) {
+        consequence =
+            "the tensors are in a layout this tool does not recognize; do not trust "
+            "the config's claim until they are checked";
+      } else if (is_quantized(claimed) && is_quantized(actual)) {
+        sev = Severity::kError;
+        consequence =
+            "an engine that reads only the config loads these weights wrong (wrong "
+            "kernel, wrong dequantization)";
+      } else if (is_quantized(actual)) {
+        sev = Severity::kError;
+        consequence = "an engine that follows the config treats quantized bytes as " +
+                      std::string(to_string(claimed)) + " weights";
+      } else {
+        consequence =
+            "an engine that follows the config expects quantized tensors that are not "
+            "there and fails to load";
+      }
+      find(sev, "config_tensor_mismatch",
+           std::string(to_string(role)) + ": config says " + std::string(to_string(claimed)) +
+               " (" + ex.claim.source + ") but tensors are " + std::string(to_string(actual)) +
+               " (" + (ex.tensors ? ex.tensors->evidence : "") + "; " + std::to_string(e.first) +
+               " module(s), e.g. " + ex.name + "): " + consequence + ". The tensors win.");
+    }
+  }
+
+  // config.json vs hf_quant_config.json.
+  if (claims.sidecar) {
+    std::map<std::tuple<Role, Scheme, Scheme>, int64_t> diff;
+    for (const auto& m : modules) {
+      const Claim other = claims.claim(*claims.sidecar, m.name, m.role);
+      if (other.spec.scheme != m.claim.spec.scheme) {
+        diff[{m.role, m.claim.spec.scheme, other.spec.scheme}] += m.multiplicity;
+      }
+    }
+    for (const auto& [key, n] : diff) {
+      const auto& [role, a, b] = key;
+      find(Severity::kWarning, "config_sources_disagree",
+           std::string(to_string(role)) + ": config.json says " + std::string(to_string(a)) +
+               " (SGLang and vLLM read it) but hf_quant_config.json says " +
+               std::string(to_string(b)) + " (TensorRT-LLM reads it), for " + std::to_string(n) +
+               " module(s)");
+    }
+  }
+
+  // Pattern diagnostics on the primary section's lists.
+  {
+    std::vector<const Module*> reps;
+    for (const auto& m : modules) {
+      if (representative(m.name)) reps.push_back(&m);
+    }
+    // Aggregated: one finding per kind of semantic difference, with a count and an example.
+    std::vector<std::string> unmatched, component_only, substring_extra, digit_star;
+    for (const auto& p : claims.primary.excludes.patterns()) {
+      const Module* first_hit = nullptr;
+      const Module* extra = nullptr;
+      bool exact_any = false;
+      std::vector<const Module*> hits;
+      for (const Module* m : reps) {
+        const bool hit = p.matches(m->name);
+        if (hit) {
+          hits.push_back(m);
+          if (!first_hit) first_hit = m;
+        }
+        if (p.kind() == Pattern::Kind::kName) {
+          exact_any = exact_any || p.matches_exact(m->name);
+          if (!hit && !extra && p.matches_substring(m->name)) extra = m;
+        }
+      }
+      if (!first_hit) unmatched.push_back("'" + p.text() + "'");
+      if (p.kind() == Pattern::Kind::kName && first_hit && !exact_any) {
+        component_only.push_back("'" + p.text() + "' -> " + first_hit->name);
+      }
+      if (extra) substring_extra.push_back("'" + p.text() + "' -> " + extra->name);
+      // "model.layers.1*" also catches layers 10-19: flag a digit before a trailing star.
+      const std::string& t = p.text();
+      if (p.kind() == Pattern::Kind::kGlob && t.size() >= 2 && t.back() == '*' &&
+          std::isdigit(static_cast<unsigned char>(t[t.size() - 2]))) {
+        const std::string stem = t.substr(0, t.size() - 1);
+        for (const Module* m : hits) {
+          const char next = m->name.size() > stem.size() ? m->name[stem.size()] : '.';
+          if (std::isdigit(static_cast<unsigned char>(next))) {
+            digit_star.push_back("'" + t + "' -> " + m->name);
+            break;
+          }
+        }
+      }
+    }
+    auto examples = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size() && i < 3; ++i) out += (i ? "; " : "") + v[i];
+      return out + (v.size() > 3 ? "; ..." : "");
+    };
+    const std::string list = claims.primary.file + " " + claims.primary.excludes_key;
+    if (!component_only.empty()) {
+      find(Severity::kInfo, "pattern_semantics",
+           std::to_string(component_only.size()) + " bare name(s) in " + list +
+               " match only as a trailing/inner name component (" + examples(component_only) +
+               "): an engine that compares full names exactly (compressed-tensors ignore, "
+               "exact-name lookups) would not exclude those modules");
+    }
+    if (!substring_extra.empty()) {
+      find(Severity::kWarning, "pattern_semantics",
+           std::to_string(substring_extra.size()) + " name(s) in " + list +
+               " are also substrings of other modules (" + examples(substring_extra) +
+               "): an engine that matches names as substrings (HF transformers "
+               "modules_to_not_convert) leaves those modules unquantized too");
+    }
+    if (!digit_star.empty()) {
+      find(Severity::kWarning, "pattern_semantics",
+           std::to_string(digit_star.size()) + " pattern(s) in " + list +
+               " end in a digit and '*' and so also match other layers (" + examples(digit_star) +
+               "); probably meant '<prefix>.*'");
+    }
+    // Without tensors the inventory holds linear layers only, so patterns naming norms or
+    // buffers would always look unmatched: report unmatched patterns against real tensors only.
+    if (!unmatched.empty() && in.tensors) {
+      find(Severity::kInfo, "pattern_unmatched",
+           std::to_string(unmatched.size()) + " pattern(s) in " + list +
+               " match no module in the tensors (" + examples(unmatched) +
+               "); harmless, but check the names are what the producer meant");
+    }
+    std::vector<std::string> rules_unmatched;
+    size_t rules_total = 0;
+    for (const auto& r : claims.primary.rules) {
+      if (r.linear_class) continue;
+      ++rules_total;
+      bool any = false;
+      for (const Module* m : reps) {
+        if (r.pattern.matches(m->name)) {
+          any = true;
+          break;
+        }
+      }
+      if (!any) rules_unmatched.push_back("'" + r.pattern.text() + "'");
+    }
+    if (!rules_unmatched.empty()) {
+      // None matching means the declared formats apply to nothing: a naming mismatch.
+      const bool none = rules_unmatched.size() == rules_total;
+      find(none ? Severity::kWarning : Severity::kInfo, "pattern_unmatched",
+           std::to_string(rules_unmatched.size()) + " of " + std::to_string(rules_total) +
+               " quantized_layers/targets entries in " + claims.primary.file + " match no module " +
+               (in.tensors ? std::string("in the tensors") : std::string("of the architecture")) +
+               " (" + examples(rules_unmatched) + ")" +
+               (none ? ": the formats they declare apply to nothing" : ""));
+    }
+  }
+
+  // Group.
+  std::map<std::tuple<Role, std::string, Scheme, Scheme, int, int>, ModuleGroup> groups;
+  for (const auto& m : modules) {
+    const Scheme tensor = m.tensors ? m.spec.scheme : Scheme::kUnknown;
+    auto key = std::tuple{m.role,
+                          group_name(m.name),
+                          m.spec.scheme,
+                          m.claim.spec.scheme,
+                          m.spec.group_size,
+                          static_cast<int>(m.spec.activation)};
+    ModuleGroup& g = groups[key];
+    if (g.module_count == 0) {
+      g.role = m.role;
+      g.name = std::get<1>(key);
+      g.spec = m.spec;
+      g.config_scheme = m.claim.spec.scheme;
+      if (m.tensors) g.tensor_scheme = tensor;
+      g.config_source = m.claim.source;
+      g.tensor_source = m.tensors ? m.tensors->evidence : "";
+    }
+    g.module_count += m.multiplicity;
+    if (m.tensors) {
+      g.tensor_count += static_cast<int64_t>(m.tensors->parts.size());
+      g.bytes += m.tensors->bytes;
+    }
+  }
+  for (auto& [k, g] : groups) man.modules.push_back(std::move(g));
+
+  // Summary.
+  auto summarize = [&](Role role) -> Scheme {
+    std::map<Scheme, int64_t> counts;
+    std::set<std::string> bf16_names;
+    for (const auto& m : modules) {
+      if (m.role != role) continue;
+      counts[m.spec.scheme] += m.multiplicity;
+      if (m.spec.scheme == Scheme::kBf16) bf16_names.insert(group_name(m.name));
+    }
+    if (counts.empty()) {
+      const bool mtp_unknown =
+          role == Role::kMtpExperts && !in.tensors && arch.num_mtp_layers > 0 &&
+          arch.n_routed_experts > 0 &&
+          (!arch.mtp_names_known ||
+           (arch.family == Family::kDeepseekV4 &&
+            modules.end() == std::find_if(modules.begin(), modules.end(), [](const Module& m) {
+              return m.role == Role::kMtpOther;
+            })));
+      if (mtp_unknown) {
+        find(Severity::kInfo, "mtp_unknown",
+             "the config declares " + std::to_string(arch.num_mtp_layers) +
+                 " MTP layer(s) but this tool does not know how this checkpoint names them, so "
+                 "their experts' format is unknown from configs alone");
+        return Scheme::kUnknown;
+      }
+      if (!arch.has_config && role == Role::kMtpExperts) return Scheme::kUnknown;
+      return Scheme::kAbsent;
+    }
+    if (counts.count(Scheme::kUnknown)) return Scheme::kUnknown;
+    std::map<Scheme, int64_t> quantized;
+    for (const auto& [s, n] : counts) {
+      if (is_quantized(s)) quantized[s] = n;
+    }
+    if (quantized.empty()) return Scheme::kBf16;
+    auto best = std::max_element(quantized.begin(), quantized.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (quantized.size() > 1) {
+      find(Severity::kWarning, "mixed_role",
+           std::string(to_string(role)) + " mixes quantized formats (" + scheme_list(counts) +
+               " modules): the summary shows the most common; see modules for each group");
+    } else if (counts.count(Scheme::kBf16)) {
+      std::string names;
+      for (const auto& n : bf16_names) {
+        if (names.size() > 160) {
+          names += ", ...";
+          break;
+        }
+        names += (names.empty() ? "" : ", ") + n;
+      }
+      find(Severity::kInfo, "partially_quantized",
+           std::string(to_string(role)) + " is " + std::string(to_string(best->first)) +
+               " except " + std::to_string(counts[Scheme::kBf16]) +
+               " module(s) left unquantized (" + names + ")");
+    }
+    return best->first;
+  };
+  man.summary.routed_experts = summarize(Role::kRoutedExperts);
+  man.summary.shared_experts = summarize(Role::kSharedExperts);
+  man.summary.attention = summarize(Role::kAttention);
+  man.summary.dense_mlp = summarize(Role::kDenseMlp);
+  man.summary.lm_head = summarize(Role::kLmHead);
+  man.summary.mtp_experts = summarize(Role::kMtpExperts);
+
+  if (is_quantized(man.summary.mtp_experts) && is_quantized(man.summary.routed_experts) &&
+      man.summary.mtp_experts != man.summary.routed_experts) {
+    find(Severity::kWarning, "mtp_experts_differ",
+         "MTP experts are " + std::string(to_string(man.summary.mtp_experts)) +
+             " while the routed experts are " + std::string(to_string(man.summary.routed_experts)) +
+             ": the MTP (draft) layers need their own kernels and must not get the routed "
+             "experts' (known misroute: vLLM #49133 gave ignored mtp.* experts NVFP4 kernels)");
+  }
+
+  // KV cache.
+  man.summary.kv_cache = claims.primary.kv;
+  if (claims.sidecar && claims.sidecar->kv_declared && claims.primary.kv_declared &&
+      claims.sidecar->kv != claims.primary.kv) {
+    find(Severity::kWarning, "kv_cache_disagree",
+         "KV cache: " + claims.primary.kv_source + " but " + claims.sidecar->kv_source +
+             "; SGLang/vLLM follow config.json, TensorRT-LLM follows hf_quant_config.json");
+  } else if (claims.sidecar && claims.sidecar->kv_declared && !claims.primary.kv_declared) {
+    man.summary.kv_cache = claims.sidecar->kv;
+    find(Severity::kInfo, "kv_cache_sidecar",
+         "KV cache declared only in " + claims.sidecar->kv_source);
+  }
+  if (in.tensors) {
+    const bool scales = !ev.kv_scale_tensors.empty();
+    if (scales && !is_quantized(man.summary.kv_cache)) {
+      find(Severity::kWarning, "kv_scales_undeclared",
+           "tensors carry KV-cache scales (e.g. " + ev.kv_scale_tensors.front() +
+               ") but the configs declare no quantized KV cache: an engine following the config "
+               "ignores the calibrated scales");
+    } else if (!scales && is_quantized(man.summary.kv_cache)) {
+      find(Severity::kInfo, "kv_scales_missing",
+           "the configs declare a quantized KV cache but no k_scale/v_scale tensors exist: "
+           "engines fall back to scale 1.0, which may clip");
+    }
+  }
+  return man;
+}
+
+}  // namespace fp4moe::detect

@@ -1,0 +1,222 @@
+// Tensor-family classification from safetensors headers (FORMATS.md section 3).
+#include "detect/tensors.h"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <string_view>
+
+namespace fp4moe::detect {
+namespace {
+
+// Suffixes that name a part of one linear module, longest first so ".weight_scale_2" is not read
+// as ".weight" + junk.
+constexpr std::array<std::string_view, 17> kSuffixes = {".weight_scale_inv",
+                                                        ".weight_global_scale",
+                                                        ".input_global_scale",
+                                                        ".weight_zero_point",
+                                                        ".weight_scale_2",
+                                                        ".pre_quant_scale",
+                                                        ".weight_packed",
+                                                        ".weight_shape",
+                                                        ".weight_scale",
+                                                        ".input_scale",
+                                                        ".weight",
+                                                        ".scale",
+                                                        ".bias",
+                                                        "_blocks",
+                                                        "_scales",
+                                                        "_bias",
+                                                        ".qweight"};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string describe(const TensorRecord& t, std::string_view what) {
+  return t.dtype + " " + std::string(what) + " " + shape_str(t.shape);
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0 || (d != 0 && n > INT64_MAX / d)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+ScaleType scale_type(const std::string& dtype) {
+  if (dtype == "F8_E4M3") return ScaleType::kE4M3;
+  if (dtype == "F8_E8M0" || dtype == "U8") return ScaleType::kUe8m0;
+  if (dtype == "F32") return ScaleType::kF32;
+  if (dtype == "BF16") return ScaleType::kBf16;
+  if (dtype == "F16") return ScaleType::kF16;
+  return ScaleType::kUnknown;
+}
+
+bool is_float_dtype(const std::string& d) {
+  return d == "BF16" || d == "F16" || d == "F32" || d == "F64";
+}
+
+// Elements per scale along K, when the scale's last dim divides K evenly; 0 otherwise.
+int group_along_k(int64_t k, const TensorRecord& scale) {
+  if (scale.shape.empty()) return 0;
+  const int64_t cols = scale.shape.back();
+  if (cols <= 0 || k % cols != 0) return 0;
+  return static_cast<int>(k / cols);
+}
+
+void classify(TensorModule& m) {
+  auto part = [&](std::string_view s) -> const TensorRecord* {
+    auto it = m.parts.find(std::string(s));
+    return it == m.parts.end() ? nullptr : it->second;
+  };
+  m.has_input_scale = part("input_scale") || part("input_global_scale");
+  const TensorRecord* blocks = part("_blocks");
+  const TensorRecord* packed = part("weight_packed") ? part("weight_packed") : part("qweight");
+  const TensorRecord* w = blocks ? blocks : packed ? packed : part("weight");
+  const TensorRecord* s = blocks                     ? part("_scales")
+                          : part("weight_scale")     ? part("weight_scale")
+                          : part("weight_scale_inv") ? part("weight_scale_inv")
+                                                     : part("scale");
+  const Activation a4 = m.has_input_scale ? Activation::kNvfp4 : Activation::kNone;
+  m.spec = {Scheme::kUnknown, Activation::kUnknown, 0, ScaleType::kUnknown};
+  if (w == nullptr) {
+    m.evidence = "no weight tensor";
+    m.spec = not_quantized();  // norms' parameters, router biases, buffers
+    for (const auto& [suffix, t] : m.parts) {
+      if (!is_float_dtype(t->dtype) && t->dtype != "I32" && t->dtype != "I64") {
+        m.spec.scheme = Scheme::kUnknown;
+      }
+    }
+    return;
+  }
+  m.evidence = describe(*w, "weight") + (s ? " + " + describe(*s, "scale") : "");
+  if (blocks) {
+    // gpt-oss: [E, N, K/32, 16] bytes of E2M1 pairs + [E, N, K/32] E8M0 exponents.
+    if (s && w->dtype == "U8" && w->shape.size() >= 2 && w->shape.back() == 16 &&
+        s->shape.size() + 1 == w->shape.size() &&
+        std::equal(s->shape.begin(), s->shape.end(), w->shape.begin())) {
+      m.spec = {Scheme::kMxfp4, Activation::kNone, 32, scale_type(s->dtype)};
+    }
+    return;
+  }
+  if (w->shape.size() < 2) {
+    if (is_float_dtype(w->dtype) && s == nullptr) m.spec = not_quantized();
+    return;
+  }
+  const int64_t cols = w->shape.back();
+  const int64_t rows = w->shape[w->shape.size() - 2];
+  if (is_float_dtype(w->dtype)) {
+    if (s == nullptr) m.spec = not_quantized();
+    return;
+  }
+  if (s == nullptr) return;  // a quantized dtype without a scale: unknown
+  if (w->dtype == "I32" && packed) {
+    // compressed-tensors pack-quantized INT4: 8 nibbles per int32.
+    const int g = group_along_k(cols * 8, *s);
+    if (g > 0) m.spec = {Scheme::kInt4, Activation::kNone, g, scale_type(s->dtype)};
+    return;
+  }
+  if (w->dtype == "U8" || w->dtype == "I8") {
+    // Two E2M1 codes per byte: K = 2 * cols. The scale dtype tells NVFP4 from MXFP4.
+    const int g = group_along_k(cols * 2, *s);
+    const bool rows_match = s->shape.size() >= 2 && s->shape[s->shape.size() - 2] == rows;
+    if (s->dtype == "F8_E4M3" && g == 16 && rows_match) {
+      m.spec = {Scheme::kNvfp4, a4, 16, ScaleType::kE4M3};
+    } else if ((s->dtype == "F8_E8M0" || s->dtype == "U8") && g == 32 && rows_match) {
+      m.spec = {Scheme::kMxfp4, Activation::kNone, 32, ScaleType::kUe8m0};
+    }
+    return;
+  }
+  if (w->dtype == "F8_E4M3") {
+    const int64_t sn = numel(s->shape);
+    if (sn == 1) {
+      m.spec = {Scheme::kFp8Tensor,
+                m.has_input_scale ? Activation::kFp8Static : Activation::kFp8Dynamic, 0,
+                scale_type(s->dtype)};
+      return;
+    }
+    if ((s->shape.size() == 1 && s->shape[0] == rows) ||
+        (s->shape.size() == 2 && s->shape[0] == rows && s->shape[1] == 1)) {
+      m.spec = {Scheme::kFp8Channel, Activation::kFp8Dynamic, 0, scale_type(s->dtype)};
+      return;
+    }
+    if (s->shape.size() >= 2) {
+      const int64_t srows = s->shape[s->shape.size() - 2];
+      const int64_t scols = s->shape.back();
+      if (srows == rows && (s->dtype == "F8_E8M0" || s->dtype == "U8") &&
+          group_along_k(cols, *s) == 32) {
+        m.spec = {Scheme::kMxfp8, Activation::kMxfp8, 32, ScaleType::kUe8m0};
+        return;
+      }
+      for (int64_t b : {128, 64, 256, 32}) {
+        if ((rows + b - 1) / b == srows && (cols + b - 1) / b == scols) {
+          m.spec = {Scheme::kFp8Block, Activation::kFp8Dynamic, static_cast<int>(b),
+                    scale_type(s->dtype)};
+          return;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_tensor_name(const std::string& name) {
+  for (std::string_view suf : kSuffixes) {
+    if (name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0) {
+      // gpt-oss "_blocks/_scales/_bias" only follow a projection ("gate_up_proj_blocks"); a
+      // router's "e_score_correction_bias" is a parameter name, not a suffix.
+      if (suf[0] == '_' && !name.substr(0, name.size() - suf.size()).ends_with("proj")) continue;
+      std::string key(suf[0] == '.' ? suf.substr(1) : suf);
+      return {name.substr(0, name.size() - suf.size()), key};
+    }
+  }
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return {name, ""};
+  return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+int dtype_size(const std::string& d) {
+  if (d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0" || d == "BOOL") {
+    return 1;
+  }
+  if (d == "BF16" || d == "F16" || d == "I16" || d == "U16") return 2;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  return 0;
+}
+
+TensorEvidence classify_tensors(const std::vector<TensorRecord>& tensors) {
+  TensorEvidence ev;
+  std::map<std::string, TensorModule> modules;
+  for (const auto& t : tensors) {
+    auto [module, suffix] = split_tensor_name(t.name);
+    if (suffix == "k_scale" || suffix == "v_scale") {
+      ev.kv_scale_tensors.push_back(t.name);
+      continue;
+    }
+    TensorModule& m = modules[module];
+    m.name = module;
+    m.parts[suffix] = &t;
+    const int size = dtype_size(t.dtype);
+    if (size == 0) {
+      ev.unknown_dtypes.push_back(t.name + " (" + t.dtype + ")");
+    }
+    const int64_t n = numel(t.shape);
+    if (n >= 0 && size > 0 && n <= INT64_MAX / size && m.bytes <= INT64_MAX - n * size) {
+      m.bytes += n * size;
+    }
+  }
+  for (auto& [name, m] : modules) {
+    classify(m);
+    ev.modules.push_back(std::move(m));
+  }
+  return ev;
+}
+
+}  // namespace fp4moe::detect
