@@ -1,0 +1,347 @@
+// Checkpoint directory: JSON side files, shard discovery and containment, cross-shard lookup.
+#include "checkpoint/checkpoint_dir.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+
+namespace fp4moe::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kSingleName = "model.safetensors";
+
+std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Deepest [ / { nesting of a JSON text, ignoring brackets inside strings; stops counting once the
+// limit is passed. nlohmann's parser is iterative, but its DOM and destructor still cost memory per
+// level, so hostile depth is refused before parsing.
+int json_depth_exceeding(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return 0;
+}
+
+// Files that hold weights and are never copied as "side files".
+bool is_weight_file(std::string_view name) {
+  static constexpr std::string_view kWeightSuffixes[] = {
+      ".safetensors", ".index.json", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack"};
+  for (std::string_view s : kWeightSuffixes) {
+    if (ends_with(name, s)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool path_is_inside(const fs::path& child, const fs::path& parent) {
+  auto c = child.begin();
+  for (auto p = parent.begin(); p != parent.end(); ++p, ++c) {
+    if (c == child.end() || *c != *p) return false;
+  }
+  return true;
+}
+
+Result<nlohmann::json> read_json_file(const fs::path& path) {
+  const std::string label = path.string();
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || st.type() == fs::file_type::not_found) {
+    if (st.type() == fs::file_type::not_found) return nlohmann::json();
+    return Error{label + ": cannot stat: " + ec.message()};
+  }
+  if (st.type() != fs::file_type::regular) return Error{label + ": not a regular file"};
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return Error{label + ": cannot stat: " + ec.message()};
+  if (size > kMaxJsonFileBytes) {
+    return Error{label + ": " + std::to_string(size) + " bytes is over the " +
+                 std::to_string(kMaxJsonFileBytes) + "-byte limit for a JSON side file"};
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  text.resize(size);
+  if (!in.read(text.data(), static_cast<std::streamsize>(size))) {
+    return Error{label + ": cannot read"};
+  }
+  if (json_depth_exceeding(text, kMaxJsonDepth) != 0) {
+    return Error{label + ": JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Error{label + ": invalid JSON: " + e.what()};
+  }
+}
+
+struct CheckpointDir::Impl {
+  fs::path path;
+  nlohmann::json config;
+  nlohmann::json hf_quant_config;
+  bool has_index = false;
+  std::vector<fs::path> shard_paths;
+  std::vector<SafetensorsHeader> headers;
+  std::vector<CheckpointTensor> tensors;
+  std::vector<uint32_t> by_name;  // indices into tensors, sorted by name
+  uint64_t total_bytes = 0;
+
+  mutable std::mutex map_mutex;
+  mutable std::vector<std::optional<MappedFile>> maps;
+
+  // Resolves a shard name from the index or a directory listing; `tensor` names the index entry
+  // that referred to it ("" for a listing).
+  Result<fs::path> resolve_shard(std::string_view name, std::string_view tensor,
+                                 const Options& options) const {
+    const std::string where =
+        tensor.empty() ? "shard " + in_quotes(name)
+                       : "index maps tensor " + in_quotes(tensor) + " to shard " + in_quotes(name);
+    const std::string index_label = (path / kIndexName).string();
+    const std::string& label = tensor.empty() ? path.string() : index_label;
+    if (name.empty()) return Error{label + ": " + where + ": empty shard name"};
+    const fs::path rel(name);
+    if (rel.is_absolute()) {
+      return Error{label + ": " + where + ": absolute path leaves the checkpoint directory"};
+    }
+    for (const fs::path& part : rel) {
+      if (part == "..")
+        return Error{label + ": " + where + ": '..' leaves the checkpoint directory"};
+    }
+    const fs::path full = path / rel;
+    std::error_code ec;
+    const fs::file_status st = fs::status(full, ec);
+    if (st.type() == fs::file_type::not_found) {
+      return Error{label + ": " + where + ": missing shard (no such file)"};
+    }
+    if (ec) return Error{label + ": " + where + ": cannot stat: " + ec.message()};
+    if (st.type() != fs::file_type::regular) {
+      return Error{label + ": " + where + ": not a regular file"};
+    }
+    const fs::path real = fs::canonical(full, ec);
+    if (ec) return Error{label + ": " + where + ": cannot resolve: " + ec.message()};
+    if (!options.allow_symlinks_outside && !path_is_inside(real, path)) {
+      return Error{label + ": " + where + ": resolves to " + real.string() +
+                   ", outside the checkpoint directory (symlink)"};
+    }
+    return full;
+  }
+};
+
+CheckpointDir::CheckpointDir(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointDir::CheckpointDir(CheckpointDir&&) noexcept = default;
+CheckpointDir& CheckpointDir::operator=(CheckpointDir&&) noexcept = default;
+CheckpointDir::~CheckpointDir() = default;
+
+Result<CheckpointDir> CheckpointDir::open(const fs::path& dir) { return open(dir, Options{}); }
+
+Result<CheckpointDir> CheckpointDir::open(const fs::path& dir, const Options& options) {
+  auto impl = std::make_unique<Impl>();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Error{dir.string() + ": not a directory"};
+  impl->path = fs::canonical(dir, ec);
+  if (ec) return Error{dir.string() + ": cannot resolve: " + ec.message()};
+  const fs::path& root = impl->path;
+
+  auto config = read_json_file(root / "config.json");
+  if (!config.ok()) return config.error();
+  impl->config = std::move(config).value();
+  auto quant = read_json_file(root / "hf_quant_config.json");
+  if (!quant.ok()) return quant.error();
+  impl->hf_quant_config = std::move(quant).value();
+
+  // Shard names, and for an index the tensor -> shard map it promises.
+  std::vector<std::string> shard_names;
+  std::vector<std::pair<std::string, uint32_t>> promised;  // tensor -> shard index
+  auto index = read_json_file(root / kIndexName);
+  if (!index.ok()) return index.error();
+  if (!index->is_null()) {
+    impl->has_index = true;
+    const std::string label = (root / kIndexName).string();
+    const auto wm = index->find("weight_map");
+    if (!index->is_object() || wm == index->end() || !wm->is_object()) {
+      return Error{label + ": missing 'weight_map' object"};
+    }
+    std::map<std::string, uint32_t> shard_ids;
+    for (const auto& [tensor, shard] : wm->items()) {
+      if (!shard.is_string()) {
+        return Error{label + ": weight_map entry of tensor " + in_quotes(tensor) +
+                     " is not a string"};
+      }
+      const std::string& name = shard.get_ref<const std::string&>();
+      auto [it, inserted] = shard_ids.emplace(name, 0);
+      if (inserted) {
+        auto resolved = impl->resolve_shard(name, tensor, options);
+        if (!resolved.ok()) return resolved.error();
+        shard_names.push_back(name);
+      }
+      promised.emplace_back(tensor, 0);
+    }
+    std::sort(shard_names.begin(), shard_names.end());
+    for (uint32_t i = 0; i < shard_names.size(); ++i) shard_ids[shard_names[i]] = i;
+    size_t k = 0;
+    for (const auto& [tensor, shard] : wm->items()) {
+      promised[k++].second = shard_ids[shard.get_ref<const std::string&>()];
+    }
+  } else if (fs::exists(root / kSingleName, ec)) {
+    shard_names.emplace_back(kSingleName);
+  } else {
+    for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (ends_with(name, ".safetensors")) shard_names.push_back(name);
+    }
+    if (ec) return Error{root.string() + ": cannot list: " + ec.message()};
+    std::sort(shard_names.begin(), shard_names.end());
+    if (shard_names.empty()) {
+      return Error{root.string() + ": no " + std::string(kIndexName) + ", no " +
+                   std::string(kSingleName) + " and no *.safetensors files"};
+    }
+  }
+
+  for (const std::string& name : shard_names) {
+    auto full = impl->resolve_shard(name, "", options);
+    if (!full.ok()) return full.error();
+    auto header = SafetensorsHeader::read(*full);
+    if (!header.ok()) return header.error();
+    impl->shard_paths.push_back(std::move(full).value());
+    impl->headers.push_back(std::move(header).value());
+  }
+  impl->maps.resize(shard_names.size());
+
+  for (uint32_t s = 0; s < impl->headers.size(); ++s) {
+    for (const TensorInfo& t : impl->headers[s].tensors()) {
+      impl->tensors.push_back({&t, s});
+      impl->total_bytes += t.byte_size();
+    }
+  }
+  const auto& ts = impl->tensors;
+  impl->by_name.resize(ts.size());
+  for (uint32_t i = 0; i < ts.size(); ++i) impl->by_name[i] = i;
+  std::sort(impl->by_name.begin(), impl->by_name.end(),
+            [&](uint32_t a, uint32_t b) { return ts[a].info->name < ts[b].info->name; });
+  for (size_t i = 1; i < impl->by_name.size(); ++i) {
+    const CheckpointTensor& a = ts[impl->by_name[i - 1]];
+    const CheckpointTensor& b = ts[impl->by_name[i]];
+    if (a.info->name == b.info->name) {
+      return Error{root.string() + ": tensor " + in_quotes(a.info->name) + " is in two shards: " +
+                   in_quotes(shard_names[a.shard]) + " and " + in_quotes(shard_names[b.shard])};
+    }
+  }
+
+  CheckpointDir result(std::move(impl));
+  if (result.impl_->has_index) {
+    const std::string label = (root / kIndexName).string();
+    for (const auto& [tensor, shard] : promised) {
+      const CheckpointTensor* found = result.find(tensor);
+      if (found == nullptr || found->shard != shard) {
+        return Error{label + ": index maps tensor " + in_quotes(tensor) + " to shard " +
+                     in_quotes(shard_names[shard]) + ", which does not contain it"};
+      }
+    }
+    if (promised.size() != ts.size()) {
+      // Every promise was kept and names are unique, so some shard tensor is not in the index.
+      std::map<std::string_view, bool> listed;
+      for (const auto& p : promised) listed.emplace(p.first, true);
+      for (const CheckpointTensor& t : ts) {
+        if (!listed.count(t.info->name)) {
+          return Error{label + ": tensor " + in_quotes(t.info->name) + " of shard " +
+                       in_quotes(shard_names[t.shard]) + " is missing from the weight_map"};
+        }
+      }
+    }
+  }
+  return result;
+}
+
+const fs::path& CheckpointDir::path() const { return impl_->path; }
+const nlohmann::json& CheckpointDir::config() const { return impl_->config; }
+const nlohmann::json& CheckpointDir::hf_quant_config() const { return impl_->hf_quant_config; }
+bool CheckpointDir::has_index() const { return impl_->has_index; }
+size_t CheckpointDir::shard_count() const { return impl_->shard_paths.size(); }
+const fs::path& CheckpointDir::shard_path(size_t shard) const {
+  return impl_->shard_paths.at(shard);
+}
+const SafetensorsHeader& CheckpointDir::shard_header(size_t shard) const {
+  return impl_->headers.at(shard);
+}
+const std::vector<CheckpointTensor>& CheckpointDir::tensors() const { return impl_->tensors; }
+uint64_t CheckpointDir::total_tensor_bytes() const { return impl_->total_bytes; }
+
+const CheckpointTensor* CheckpointDir::find(std::string_view name) const {
+  const auto& ts = impl_->tensors;
+  const auto it =
+      std::lower_bound(impl_->by_name.begin(), impl_->by_name.end(), name,
+                       [&](uint32_t i, std::string_view n) { return ts[i].info->name < n; });
+  if (it == impl_->by_name.end() || ts[*it].info->name != name) return nullptr;
+  return &ts[*it];
+}
+
+Result<std::span<const std::byte>> CheckpointDir::data(const CheckpointTensor& tensor) const {
+  FP4MOE_CHECK(tensor.shard < impl_->headers.size());
+  const SafetensorsHeader& header = impl_->headers[tensor.shard];
+  const fs::path& shard = impl_->shard_paths[tensor.shard];
+  std::lock_guard<std::mutex> lock(impl_->map_mutex);
+  std::optional<MappedFile>& map = impl_->maps[tensor.shard];
+  if (!map) {
+    auto opened = MappedFile::open(shard);
+    if (!opened.ok()) return opened.error();
+    if (opened->bytes().size() != header.file_size()) {
+      return Error{shard.string() + ": tensor " + in_quotes(tensor.info->name) + ": file is " +
+                   std::to_string(opened->bytes().size()) + " bytes, header said " +
+                   std::to_string(header.file_size()) + ": it changed on disk since it was opened"};
+    }
+    map = std::move(opened).value();
+  }
+  return map->bytes().subspan(header.data_offset() + tensor.info->data_begin,
+                              tensor.info->byte_size());
+}
+
+Result<std::span<const std::byte>> CheckpointDir::data(std::string_view name) const {
+  const CheckpointTensor* t = find(name);
+  if (t == nullptr)
+    return Error{impl_->path.string() + ": tensor " + in_quotes(name) + ": no such tensor"};
+  return data(*t);
+}
+
+std::vector<fs::path> list_side_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.' || is_weight_file(name)) continue;
+    if (fs::is_regular_file(e.path(), ec)) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::vector<fs::path> CheckpointDir::non_weight_files() const {
+  return list_side_files(impl_->path);
+}
+
+}  // namespace fp4moe::checkpoint
