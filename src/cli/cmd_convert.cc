@@ -24,6 +24,10 @@ struct ConvertArgs {
   double max_shard_gb = 5.0;
 };
 
+std::string eta_text(double seconds) {
+  return seconds < 0 ? std::string("--") : fmt::format("{:.0f} s", seconds);
+}
+
 // A one-line progress bar on a terminal; a plain line per 10% otherwise (logs, CI).
 class ProgressPrinter {
  public:
@@ -33,19 +37,21 @@ class ProgressPrinter {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const double fraction = p.bytes_total ? static_cast<double>(p.bytes_done) / p.bytes_total : 1.0;
     const double rate = elapsed > 0 ? static_cast<double>(p.bytes_done) / elapsed : 0.0;
-    const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
+    // No estimate until a tenth of a second of work has been seen.
+    const double eta = rate > 0 && elapsed > 0.1
+                           ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : -1.0;
     if (tty_) {
       const int width = 30;
       const int filled = static_cast<int>(fraction * width);
-      fmt::print(stderr, "\r[{}{}] {:5.1f}%  {:.2f}/{:.2f} GB  {:.2f} GB/s  ETA {:.0f} s ",
+      fmt::print(stderr, "\r[{}{}] {:5.1f}%  {:.2f}/{:.2f} GB  {:.2f} GB/s  ETA {} ",
                  std::string(static_cast<size_t>(filled), '#'),
                  std::string(static_cast<size_t>(width - filled), ' '), 100 * fraction,
-                 p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta);
+                 p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta));
       if (p.tensors_done == p.tensors_total) fmt::print(stderr, "\n");
     } else if (static_cast<int>(fraction * 10) > last_decile_ || p.tensors_done == p.tensors_total) {
       last_decile_ = static_cast<int>(fraction * 10);
-      fmt::print(stderr, "convert: {:.0f}% ({:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {:.0f} s)\n",
-                 100 * fraction, p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta);
+      fmt::print(stderr, "convert: {:.0f}% ({:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {})\n",
+                 100 * fraction, p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta));
     }
   }
 

@@ -140,7 +140,7 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& d
                                                           const std::vector<Mxfp4Module>& modules) {
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& m : modules) {
-    layers[container_of(m.name)] = {{"quant_algo", "NVFP4"}, {"group_size", 16}};
+    layers[container_of(m.name)] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
   }
   const nlohmann::json producer = {
       {"name", "fp4moe"},
@@ -158,7 +158,9 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& d
   // TensorRT-LLM reads hf_quant_config.json, vLLM reads quantized_layers per module.
   if (!qc.contains("quant_method")) qc["quant_method"] = "modelopt";
   qc["quant_algo"] = "MIXED_PRECISION";
-  qc["moe_quant_algo"] = "NVFP4";
+  // Weight-only: ModelOpt's name for NVFP4 weights with BF16 activations. An engine that only
+  // knows "NVFP4" (W4A4) would look for input_scale tensors that do not exist.
+  qc["moe_quant_algo"] = "W4A16_NVFP4";
   qc["group_size"] = 16;
   qc["kv_cache_quant_algo"] = nullptr;
   qc["producer"] = producer;

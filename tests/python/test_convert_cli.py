@@ -105,14 +105,19 @@ def test_convert_is_lossless_and_engine_readable(tmp_path, rng):
         assert out[name].tobytes() == source[name].tobytes()
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     qc = config["quantization_config"]
-    assert qc["quant_method"] == "fp8" and qc["moe_quant_algo"] == "NVFP4"
+    assert qc["quant_method"] == "fp8" and qc["moe_quant_algo"] == "W4A16_NVFP4"
     assert qc["quant_algo"] == "MIXED_PRECISION" and "mtp.*" in qc["ignore"]
-    assert qc["quantized_layers"]["layers.1.ffn.experts"] == {"quant_algo": "NVFP4", "group_size": 16}
+    assert qc["quantized_layers"]["layers.1.ffn.experts"] == {"quant_algo": "W4A16_NVFP4", "group_size": 16}
     assert not any(k.endswith("input_scale") for k in out), "weight-only: no invented input_scale"
     hf = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())
     assert hf["quantization"]["quant_algo"] == "MIXED_PRECISION"
     assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"fake": "tokenizer"}'
     assert {p.name: p.read_bytes() for p in src.iterdir()} == before, "source must not change"
+    # The converted checkpoint inspects as NVFP4 routed experts, weight-only, with no error finding.
+    manifest = json.loads(run("inspect", tmp_path / "out", "--json").stdout)
+    assert manifest["summary"]["routed_experts"] == "nvfp4"
+    assert manifest["summary"]["mtp_experts"] == "mxfp4"
+    assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
 
 
 def test_convert_bad_input(tmp_path, rng):

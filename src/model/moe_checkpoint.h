@@ -1,0 +1,103 @@
+// A checkpoint's MoE layers as runnable layers: reads the model family's routing semantics from
+// config.json, finds each layer's router, routed and shared experts by the family's tensor names,
+// packs them for the CPU kernels (pack/) and dequantizes them for the reference (formats/).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "core/status.h"
+#include "moe/moe_layer.h"
+#include "pack/pack.h"
+
+namespace fp4moe::model {
+
+// Tensor names of one model family's MoE block ("{L}" = layer, "{E}" = expert).
+struct MoeNaming {
+  std::string family;
+  std::string router_weight;   // "layers.{L}.ffn.gate.weight"
+  std::string router_bias;     // DeepSeek e_score_correction_bias (selection only)
+  std::string expert_prefix;   // "layers.{L}.ffn.experts.{E}."
+  std::string shared_prefix;   // "layers.{L}.ffn.shared_experts."
+  std::string gate, up, down;  // "w1", "w3", "w2"
+};
+
+struct MoeModelInfo {
+  MoeNaming naming;
+  moe::MoeConfig config;       // router, activations, hidden
+  int num_layers = 0;
+  int num_hash_layers = 0;     // DeepSeek-V4 layers routed by token id (not verifiable here)
+  std::vector<int> moe_layers; // layers with routed experts and a score router
+};
+
+// Reads config.json and the tensor names; an error when the checkpoint has no MoE layer this tool
+// can run (names the file and what is missing).
+Result<MoeModelInfo> read_moe_model(const checkpoint::CheckpointDir& dir);
+
+// One matrix as stored: which scheme, and its tensors.
+struct StoredMatrix {
+  std::string module;   // "layers.3.ffn.experts.7.w1"
+  std::string scheme;   // "mxfp4", "nvfp4", "fp8_block"
+  int64_t n = 0, k = 0;
+  const checkpoint::CheckpointTensor* weight = nullptr;
+  const checkpoint::CheckpointTensor* scale = nullptr;         // block scales
+  const checkpoint::CheckpointTensor* tensor_scale = nullptr;  // NVFP4 weight_scale_2
+};
+
+struct DenseExpert {
+  std::vector<float> gate, up, down;  // [I, H], [I, H], [H, I]
+  int64_t inter = 0;
+};
+
+class MoeCheckpointLayer {
+ public:
+  static Result<MoeCheckpointLayer> load(const checkpoint::CheckpointDir& dir,
+                                         const MoeModelInfo& info, int layer);
+
+  int layer() const { return layer_; }
+  const moe::MoeConfig& config() const { return config_; }
+  moe::RouterWeights router() const { return {router_weight_, {}, router_bias_}; }
+  const std::vector<moe::ExpertWeights>& experts() const { return experts_; }
+  const std::vector<moe::ExpertWeights>& shared() const { return shared_; }
+  std::string expert_scheme() const;   // of the routed experts' gate matrices
+  std::string shared_scheme() const;
+  size_t packed_bytes() const { return packed_bytes_; }
+  size_t stored_bytes() const { return stored_bytes_; }  // checkpoint bytes of all matrices
+
+  // Dequantized through formats/ (independent of pack/ and the kernels): the reference's weights.
+  Result<DenseExpert> dense_expert(int expert) const;
+  Result<DenseExpert> dense_shared(int shared) const;
+  int shared_count() const { return static_cast<int>(shared_matrices_.size()); }
+
+ private:
+  MoeCheckpointLayer() = default;
+  const checkpoint::CheckpointDir* dir_ = nullptr;
+  int layer_ = 0;
+  moe::MoeConfig config_;
+  std::vector<float> router_weight_, router_bias_;
+  std::deque<pack::PackedWeights> packed_;  // stable addresses for ExpertWeights
+  std::vector<moe::ExpertWeights> experts_, shared_;
+  std::vector<std::array<StoredMatrix, 3>> expert_matrices_, shared_matrices_;
+  size_t packed_bytes_ = 0, stored_bytes_ = 0;
+};
+
+// The plain reference forward: routing in double from the same router weights, every active
+// expert dequantized once, products and activations in double. Where the kernel path selected a
+// different expert set for a token and the reference's scores show a tie (the two sets' scores
+// within `kRoutingTieTolerance`), the kernel path's set is used for that token and counted.
+struct ReferenceOutput {
+  std::vector<double> y;        // [tokens, hidden]
+  int routing_ties = 0;         // tokens whose selection differed within the tie tolerance
+  int routing_mismatches = 0;   // tokens whose selection differed beyond it (an error)
+};
+Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const float* x,
+                                          int64_t tokens, std::span<const int32_t> kernel_ids);
+
+}  // namespace fp4moe::model
