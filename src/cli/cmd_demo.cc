@@ -1,115 +1,226 @@
-// `fp4moe demo`: the README's main job. Tells the project's story on an embedded default: a
-// DeepSeek-V4-Flash routed expert in the stock MXFP4 layout, made NVFP4 losslessly.
+// `fp4moe demo`: the README's main job. The whole story on an embedded default: a reduced
+// DeepSeek-V4-Flash checkpoint in the stock MXFP4 layout is inspected, planned for sm_120 (the slow
+// path), converted losslessly to NVFP4, inspected and planned again (the tensor-core path),
+// verified and benchmarked on this CPU, before and after.
 #include <fmt/core.h>
+#include <stdlib.h>
 
 #include <chrono>
-#include <cmath>
-#include <random>
-#include <vector>
+#include <filesystem>
+#include <memory>
 
 #include "cli/command.h"
-#include "formats/block.h"
-#include "formats/transcode.h"
+#include "convert/convert.h"
+#include "detect/directory.h"
+#include "model/bench_layers.h"
+#include "model/verify.h"
+#include "plan/plan.h"
+#include "synth/synth.h"
 
 namespace fp4moe::cli {
 namespace {
 
+namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+struct DemoArgs {
+  std::string dir;
+  int layers = 2;
+  int experts = 16;
+  uint32_t seed = 20261129;
+  bool keep = false;
+};
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// DeepSeek-V4-Flash (../shared/corpus/deepseek-ai__DeepSeek-V4-Flash/config.json): hidden 4096,
-// moe_intermediate_size 2048; each routed expert has w1, w3 [2048, 4096] and w2 [4096, 2048].
-constexpr int64_t kHidden = 4096;
-constexpr int64_t kExpertWidth = 2048;
-
-struct ExpertTensor {
-  std::string name;
-  int64_t rows, cols;
-  std::vector<uint8_t> packed, scales;
+// Removes the demo's working directory on every exit path unless --keep.
+struct WorkDir {
+  fs::path path;
+  bool keep;
+  ~WorkDir() {
+    std::error_code ec;
+    if (!keep && !path.empty()) fs::remove_all(path, ec);
+  }
 };
 
-int run_demo(uint32_t seed) {
-  fmt::print("fp4moe demo: one DeepSeek-V4-Flash routed expert, stock MXFP4 -> NVFP4 (seed {})\n\n",
-             seed);
-  // 1. Synthesize the expert as the stock checkpoint stores it: I8-packed E2M1 + E8M0 per 32.
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 0.02f);  // the init scale of such models' weights
-  std::vector<ExpertTensor> expert = {
-      {"layers.0.ffn.experts.0.w1.weight", kExpertWidth, kHidden, {}, {}},
-      {"layers.0.ffn.experts.0.w3.weight", kExpertWidth, kHidden, {}, {}},
-      {"layers.0.ffn.experts.0.w2.weight", kHidden, kExpertWidth, {}, {}}};
-  auto start = Clock::now();
-  for (auto& t : expert) {
-    std::vector<float> w(static_cast<size_t>(t.rows * t.cols));
-    for (float& v : w) v = dist(gen);
-    t.packed.resize(w.size() / 2);
-    t.scales.resize(w.size() / 32);
-    const Status s = formats::quantize_mxfp4(t.name, w, t.rows, t.cols,
-                                             formats::MxScaleRule::kOcpFloor, t.packed, t.scales);
-    if (!s.ok()) {
-      fmt::print(stderr, "fp4moe demo: {}\n", s.error().message);
-      return 1;
-    }
-  }
-  fmt::print("1. quantized 3 expert matrices to MXFP4 (OCP floor scales) in {:.2f} s\n",
-             seconds_since(start));
+struct Side {  // one checkpoint's results: before (MXFP4) or after (NVFP4)
+  std::string routed;
+  plan::ModulePlan routed_plan;
+  double decode_us = 0;
+  double full_decode_us = 0;
+  double worst_rel_error = 0;
+  bool verified = false;
+  double layer_us = 0, layer_ratio = 0, bandwidth = 0;
+};
 
-  // 2. Transcode: w1 and w3 share one tensor scale (they feed one fused GEMM), w2 has its own.
-  size_t packed_bytes = 0;
-  formats::TranscodeReport total;
-  start = Clock::now();
-  std::vector<std::vector<uint8_t>> nv_packed(3), nv_scales(3);
-  std::vector<float> tensor_scales;
-  for (const std::vector<int>& group : {std::vector<int>{0, 1}, std::vector<int>{2}}) {
-    std::vector<formats::Mxfp4Source> sources;
-    std::vector<formats::Nvfp4Destination> destinations;
-    for (int i : group) {
-      auto& t = expert[static_cast<size_t>(i)];
-      nv_packed[static_cast<size_t>(i)].resize(t.packed.size());
-      nv_scales[static_cast<size_t>(i)].resize(t.packed.size() / 8);
-      sources.push_back({t.name, t.packed, t.scales, t.rows, t.cols});
-      destinations.push_back({nv_packed[static_cast<size_t>(i)], nv_scales[static_cast<size_t>(i)]});
-      packed_bytes += t.packed.size() + t.scales.size();
-    }
-    auto report = formats::transcode_mxfp4_to_nvfp4(sources, destinations);
-    if (!report.ok()) {
-      fmt::print(stderr, "fp4moe demo: {}\n", report.error().message);
-      return 1;
-    }
-    for (size_t k = 0; k < group.size(); ++k) tensor_scales.push_back(report->tensor_scale);
-    total.merge(*report);
+const plan::ModulePlan* routed_plan(const plan::Plan& p) {
+  for (const auto& m : p.modules) {
+    if (m.group.role == detect::Role::kRoutedExperts) return &m;
   }
-  const double transcode_s = seconds_since(start);
-  fmt::print("2. transcoded to NVFP4 in {:.3f} s ({:.2f} GB/s of MXFP4 weights)\n", transcode_s,
-             static_cast<double>(packed_bytes) / transcode_s / 1e9);
-  fmt::print("   blocks: {} total, {} lossless, {} requantized, {} all-zero; max abs error {:.3g}\n",
-             total.blocks_total, total.blocks_lossless, total.blocks_requantized,
-             total.blocks_all_zero, total.max_abs_error);
+  return nullptr;
+}
 
-  // 3. Check: NVFP4 dequantizes to exactly the MXFP4 values, bit for bit.
-  size_t mismatches = 0;
-  for (size_t i = 0; i < expert.size(); ++i) {
-    const auto& t = expert[i];
-    std::vector<float> a(static_cast<size_t>(t.rows * t.cols)), b(a.size());
-    FP4MOE_CHECK(formats::dequantize_mxfp4(t.name, t.packed, t.scales, t.rows, t.cols, a).ok());
-    FP4MOE_CHECK(formats::dequantize_nvfp4(t.name, nv_packed[i], nv_scales[i], tensor_scales[i],
-                                           t.rows, t.cols, b)
-                     .ok());
-    for (size_t j = 0; j < a.size(); ++j) mismatches += std::bit_cast<uint32_t>(a[j]) != std::bit_cast<uint32_t>(b[j]);
+Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const char* label) {
+  Side side;
+  auto inspected = detect::detect_directory(dir);
+  if (!inspected.ok()) return inspected.error();
+  const auto& summary = inspected->manifest.summary;
+  side.routed = std::string(detect::to_string(summary.routed_experts));
+  fmt::print("  inspect: routed experts {}, shared experts {}, MTP experts {}  ({})\n", side.routed,
+             detect::to_string(summary.shared_experts), detect::to_string(summary.mtp_experts),
+             inspected->manifest.dialect);
+  // The findings this story is about (all of them: fp4moe inspect DIR).
+  for (const auto& f : inspected->manifest.findings) {
+    if (f.severity == detect::Severity::kError || f.code == "quant_method_hides_moe_format" ||
+        f.code == "mtp_experts_differ") {
+      fmt::print("    {} [{}]: {}\n", detect::to_string(f.severity), f.code, f.message);
+    }
   }
-  fmt::print("3. dequantized both: {} of {} values differ ({})\n", mismatches,
-             3 * kHidden * kExpertWidth, mismatches == 0 ? "lossless" : "NOT lossless");
-  return mismatches == 0 ? 0 : 1;
+  const plan::Plan p = plan::make_plan(inspected->manifest, inspected->config, plan::Target::kSm120, {});
+  if (const auto* routed = routed_plan(p)) {
+    side.routed_plan = *routed;
+    fmt::print("  plan sm_120: routed experts -> {} [{}]\n", routed->kernel, plan::path_name(routed->path));
+  }
+  side.decode_us = p.time_us;
+  for (const auto& f : p.findings) {  // one line per finding of the routed experts' first matrix
+    if (f.severity != detect::Severity::kInfo && side.routed_plan.group.name.size() &&
+        f.message.rfind(side.routed_plan.group.name, 0) == 0) {
+      fmt::print("    {} [{}]: {}\n", detect::to_string(f.severity), f.code, f.message);
+    }
+  }
+  // The same layout at full size (43 layers x 256 experts, header-only): the real model's figure.
+  auto full = detect::detect_directory(full_size_dir);
+  if (!full.ok()) return full.error();
+  const plan::Plan fp = plan::make_plan(full->manifest, full->config, plan::Target::kSm120, {});
+  side.full_decode_us = fp.time_us;
+  fmt::print("  plan sm_120, full-size {} layout: {:.0f} MB of weights per token, roofline {:.0f} us "
+             "per token ({:.0f} tokens/s at batch 1)\n",
+             label, fp.bytes_per_token / 1e6, fp.time_us, fp.time_us > 0 ? 1e6 / fp.time_us : 0.0);
+
+  model::VerifyOptions verify_options;
+  auto verified = model::verify_checkpoint(dir, verify_options);
+  if (!verified.ok()) return verified.error();
+  side.verified = true;
+  for (const auto& v : *verified) {
+    side.verified = side.verified && v.ok;
+    side.worst_rel_error = std::max(side.worst_rel_error, v.rel_l2_error);
+  }
+  fmt::print("  verify on this CPU: {} layers, {} tokens each, worst rel L2 error {:.2e} (tolerance "
+             "{:g}): {}\n",
+             verified->size(), verify_options.tokens, side.worst_rel_error,
+             model::kVerifyRelTolerance, side.verified ? "ok" : "FAILED");
+  model::LayerBenchOptions bench_options;
+  bench_options.min_seconds = 0.3;
+  auto benched = model::bench_checkpoint_layers(dir, bench_options);
+  if (!benched.ok()) return benched.error();
+  for (const auto& b : *benched) {
+    side.layer_us += b.us / static_cast<double>(benched->size());
+    side.layer_ratio += b.ratio_to_bound / static_cast<double>(benched->size());
+    side.bandwidth = b.bandwidth_gbps;
+  }
+  fmt::print("  bench on this CPU, batch 1: {:.0f} us per MoE layer, {:.2f}x the bytes/bandwidth bound "
+             "({:.1f} GB/s measured in this run)\n",
+             side.layer_us, side.layer_ratio, side.bandwidth);
+  return side;
+}
+
+int fail(const Error& e) {
+  fmt::print(stderr, "fp4moe demo: {}\n", e.message);
+  return 1;
+}
+
+#define FP4MOE_RETURN_IF_ERROR_INT(expr)         \
+  do {                                          \
+    const Status demo_status_ = (expr);         \
+    if (!demo_status_.ok()) return fail(demo_status_.error()); \
+  } while (0)
+
+int run_demo(const DemoArgs& args) {
+  const auto start = Clock::now();
+  WorkDir work{args.dir, args.keep};
+  if (work.path.empty()) {
+    std::string templ = (fs::temp_directory_path() / "fp4moe-demo-XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) return fail(Error{"cannot create a temporary directory"});
+    work.path = templ;
+  } else {
+    std::error_code ec;
+    if (fs::exists(work.path, ec)) return fail(Error{work.path.string() + ": exists; pass a new directory"});
+    fs::create_directories(work.path, ec);
+    if (ec) return fail(Error{work.path.string() + ": " + ec.message()});
+  }
+  const fs::path stock = work.path / "dsv4-flash-mxfp4";
+  const fs::path converted = work.path / "dsv4-flash-nvfp4";
+  const fs::path stock_full = work.path / "full-size-mxfp4";
+  const fs::path nvidia_full = work.path / "full-size-nvfp4";
+
+  fmt::print("fp4moe demo: DeepSeek-V4-Flash, stock MXFP4 experts -> NVFP4 (work dir {})\n\n",
+             work.path.string());
+  synth::SynthOptions small;
+  small.layers = args.layers;
+  small.experts = args.experts;
+  small.seed = args.seed;
+  auto t = Clock::now();
+  FP4MOE_RETURN_IF_ERROR_INT(synth::write_synthetic(synth::Layout::kDsv4Mxfp4, stock, small));
+  synth::SynthOptions full;
+  full.full_size = true;
+  FP4MOE_RETURN_IF_ERROR_INT(synth::write_synthetic(synth::Layout::kDsv4Mxfp4, stock_full, full));
+  FP4MOE_RETURN_IF_ERROR_INT(synth::write_synthetic(synth::Layout::kDsv4Nvfp4, nvidia_full, full));
+  fmt::print("0. synthesized the stock layout: {} layers x {} experts at the real expert shapes "
+             "(hidden 4096, width 2048), real names and config, in {:.1f} s; plus full-size "
+             "header-only (sparse) copies of both layouts for the real model's figures\n\n",
+             args.layers, args.experts, seconds_since(t));
+
+  fmt::print("1. the stock checkpoint, as DeepSeek ships it\n");
+  auto before = examine(stock, stock_full, "stock");
+  if (!before.ok()) return fail(before.error());
+
+  fmt::print("\n2. fp4moe convert --to nvfp4 (lossless: nibbles kept, scales rewritten)\n");
+  convert::ConvertOptions convert_options;
+  t = Clock::now();
+  auto report = convert::convert_mxfp4_to_nvfp4(stock, converted, convert_options);
+  if (!report.ok()) return fail(report.error());
+  const auto& r = report->report;
+  fmt::print("  {} modules, {:.2f} GB in {:.1f} s; blocks: {} total, {} bit-exact, {} all-zero, {} "
+             "requantized (max abs error {:.3g})\n",
+             report->modules_converted, report->bytes_read / 1e9, seconds_since(t), r.blocks_total,
+             r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error);
+
+  fmt::print("\n3. the converted checkpoint\n");
+  auto after = examine(converted, nvidia_full, "NVFP4");
+  if (!after.ok()) return fail(after.error());
+
+  fmt::print("\n4. comparison                      stock MXFP4                  converted NVFP4\n");
+  fmt::print("   sm_120 routed-expert path       {:<28} {}\n", plan::path_name(before->routed_plan.path),
+             plan::path_name(after->routed_plan.path));
+  fmt::print("   sm_120 decode, full model       {:<28} {}  ({:.1f}x faster)\n",
+             fmt::format("{:.0f} us/token", before->full_decode_us),
+             fmt::format("{:.0f} us/token", after->full_decode_us),
+             after->full_decode_us > 0 ? before->full_decode_us / after->full_decode_us : 0.0);
+  fmt::print("   CPU verify, worst rel L2 error  {:<28} {}\n", fmt::format("{:.2e}", before->worst_rel_error),
+             fmt::format("{:.2e}", after->worst_rel_error));
+  fmt::print("   CPU MoE layer, batch 1          {:<28} {}\n",
+             fmt::format("{:.0f} us ({:.2f}x bound)", before->layer_us, before->layer_ratio),
+             fmt::format("{:.0f} us ({:.2f}x bound)", after->layer_us, after->layer_ratio));
+  fmt::print("   lossless                        -                            {}\n",
+             r.blocks_requantized == 0 ? "every block bit-exact" : "some blocks requantized");
+  fmt::print("\ndone in {:.1f} s{}\n", seconds_since(start),
+             args.keep ? ", checkpoints kept in " + work.path.string() : "");
+  const bool ok = before->verified && after->verified && r.blocks_requantized == 0;
+  return ok ? 0 : 1;
 }
 
 const CommandRegistrar kDemo{{"demo",
-                              "Run the end-to-end story on an embedded DeepSeek-V4-Flash expert",
+                              "Tell the whole story on an embedded reduced DeepSeek-V4-Flash",
                               [](CLI::App& app) {
-                                auto seed = std::make_shared<uint32_t>(20261129);
-                                app.add_option("--seed", *seed, "random seed of the weights");
-                                return [seed] { return run_demo(*seed); };
+                                auto args = std::make_shared<DemoArgs>();
+                                app.add_option("--dir", args->dir, "work directory (default: a new temporary one)");
+                                app.add_option("--layers", args->layers, "MoE layers to synthesize")->check(CLI::Range(1, 43));
+                                app.add_option("--experts", args->experts, "routed experts per layer")->check(CLI::Range(6, 256));
+                                app.add_option("--seed", args->seed, "random seed of the weights");
+                                app.add_flag("--keep", args->keep, "keep the checkpoints");
+                                return [args] { return run_demo(*args); };
                               },
                               100}};
 

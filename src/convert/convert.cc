@@ -2,7 +2,12 @@
 // shared tensor scale, stream every tensor to the writer in source order, rewrite the configs.
 #include "convert/convert.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <chrono>
 #include <cstring>
@@ -52,6 +57,37 @@ std::string container_of(const std::string& module) {
   return pos == std::string::npos ? module : module.substr(0, pos + 8);
 }
 
+// Whether a tensor's bytes read as zeros because they are a file hole of its shard. SEEK_DATA works
+// in file-system blocks, so the hole is checked between the block boundaries inside the tensor and
+// the partial blocks at its two ends are read and must be zero. Such tensors are written as holes,
+// which keeps sparse checkpoints (the full-size test layouts) sparse. A file system without
+// SEEK_DATA reports everything as data: we then copy.
+bool is_file_hole(const CheckpointDir& dir, const CheckpointTensor& t) {
+  constexpr uint64_t kBlock = 4096;
+  const uint64_t size = t.info->byte_size();
+  if (size < 2 * kBlock) return false;  // small tensors are just copied
+  const int fd = ::open(dir.shard_path(t.shard).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const uint64_t begin = dir.shard_header(t.shard).data_offset() + t.info->data_begin;
+  const uint64_t end = begin + size;
+  const uint64_t inner_begin = (begin + kBlock - 1) / kBlock * kBlock;
+  const uint64_t inner_end = end / kBlock * kBlock;
+  bool hole = false;
+  const off_t next_data = ::lseek(fd, static_cast<off_t>(inner_begin), SEEK_DATA);
+  if ((next_data < 0 && errno == ENXIO) || (next_data >= 0 && static_cast<uint64_t>(next_data) >= inner_end)) {
+    std::vector<char> edge(kBlock);
+    hole = true;
+    for (const auto& [from, to] : {std::pair{begin, inner_begin}, std::pair{inner_end, end}}) {
+      const auto n = static_cast<size_t>(to - from);
+      if (n == 0) continue;
+      hole = hole && ::pread(fd, edge.data(), n, static_cast<off_t>(from)) == static_cast<ssize_t>(n) &&
+             std::all_of(edge.begin(), edge.begin() + static_cast<std::ptrdiff_t>(n), [](char c) { return c == 0; });
+    }
+  }
+  ::close(fd);
+  return hole;
+}
+
 struct Mxfp4Module {
   std::string name;
   const CheckpointTensor* weight = nullptr;
@@ -60,6 +96,7 @@ struct Mxfp4Module {
   size_t group = 0;
   std::vector<uint8_t> packed, block_scales;  // NVFP4 output, alive until written
   float tensor_scale = 0.0f;
+  bool hole = false;  // weight and scale are file holes: all zeros, written as holes
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -114,6 +151,21 @@ Result<std::vector<Mxfp4Module>> find_mxfp4_modules(const CheckpointDir& dir,
 
 Status transcode_group(const CheckpointDir& dir, std::vector<Mxfp4Module*>& members,
                        formats::TranscodeReport& total) {
+  // A group stored as file holes is all zeros: its NVFP4 form is zero nibbles, and zero block
+  // scales dequantize those to the same zeros, so it stays a hole (tensor scale 1).
+  const bool all_holes = std::all_of(members.begin(), members.end(), [&](const Mxfp4Module* m) {
+    return is_file_hole(dir, *m->weight) && is_file_hole(dir, *m->scale);
+  });
+  if (all_holes) {
+    for (Mxfp4Module* m : members) {
+      m->hole = true;
+      m->tensor_scale = 1.0f;
+      const auto blocks = static_cast<int64_t>(m->weight->info->byte_size() / 8);
+      total.blocks_total += blocks;
+      total.blocks_all_zero += blocks;
+    }
+    return Status::Ok();
+  }
   std::vector<formats::Mxfp4Source> sources;
   std::vector<formats::Nvfp4Destination> destinations;
   for (Mxfp4Module* m : members) {
@@ -264,19 +316,28 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
         FP4MOE_RETURN_IF_ERROR(transcode_group(*dir, groups[m.group], summary.report));
         group_done[m.group] = true;
       }
-      FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_bytes_of(m.packed)));
-      FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale", as_bytes_of(m.block_scales)));
+      if (m.hole) {
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight"));
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight_scale"));
+      } else {
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_bytes_of(m.packed)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale", as_bytes_of(m.block_scales)));
+      }
       FP4MOE_RETURN_IF_ERROR(
           writer->write(m.name + ".weight_scale_2", std::as_bytes(std::span(&m.tensor_scale, 1))));
-      summary.bytes_written += m.packed.size() + m.block_scales.size() + sizeof(float);
+      summary.bytes_written += m.weight->info->byte_size() + m.weight->info->byte_size() / 8 + sizeof(float);
       std::vector<uint8_t>().swap(m.packed);  // keep memory to the groups in flight
       std::vector<uint8_t>().swap(m.block_scales);
       ++summary.modules_converted;
     } else if (!module_of_scale.count(name)) {
-      auto bytes = dir->data(t);
-      if (!bytes.ok()) return bytes.error();
-      FP4MOE_RETURN_IF_ERROR(writer->write(name, *bytes));
-      summary.bytes_written += bytes->size();
+      if (is_file_hole(*dir, t)) {
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(name));
+      } else {
+        auto bytes = dir->data(t);
+        if (!bytes.ok()) return bytes.error();
+        FP4MOE_RETURN_IF_ERROR(writer->write(name, *bytes));
+      }
+      summary.bytes_written += t.info->byte_size();
       ++summary.tensors_copied;
     }
     progress.bytes_done += t.info->byte_size();
