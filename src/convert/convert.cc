@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/writer.h"
+#include "detect/directory.h"
 
 namespace fp4moe::convert {
 namespace {
@@ -259,6 +260,16 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
     if (checkpoint::path_is_inside(src, dst) || checkpoint::path_is_inside(dst, src)) {
       return Error{destination.string() + ": refusing to replace a destination that is or holds "
                    "the source " + source.string()};
+    }
+  }
+  // Conversion rewrites the configs from what they claim: a source whose configs contradict its
+  // tensors (an error finding of inspect) would produce a checkpoint that lies, so it is refused.
+  auto inspected = detect::detect_directory(source);
+  if (!inspected.ok()) return inspected.error();
+  for (const auto& f : inspected->manifest.findings) {
+    if (f.severity == detect::Severity::kError) {
+      return Error{source.string() + ": refusing to convert: fp4moe inspect reports [" + f.code +
+                   "] " + f.message};
     }
   }
   auto dir = CheckpointDir::open(source);

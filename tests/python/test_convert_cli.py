@@ -164,3 +164,33 @@ def test_convert_force_replaces(tmp_path, rng):
     run("convert", src, tmp_path / "out", "--force")
     assert not (tmp_path / "out" / "stale.txt").exists()
     assert (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_convert_refuses_config_that_contradicts_tensors(tmp_path, rng):
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=1, layers=1)
+    # The config claims ModelOpt NVFP4 experts; the tensors are MXFP4 (I8 + E8M0 per 32).
+    config = json.loads((src / "config.json").read_text())
+    config.pop("expert_dtype")
+    config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    (src / "config.json").write_text(json.dumps(config))
+    proc = run("convert", src, tmp_path / "out", check=False)
+    assert proc.returncode == 1
+    assert "refusing to convert" in proc.stderr and "[config_tensor_mismatch]" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_interrupted_leaves_nothing(tmp_path, rng):
+    import signal
+    import time
+    src = tmp_path / "src"
+    run("synth", "dsv4-mxfp4", src, "--layers", "3", "--experts", "24")
+    proc = subprocess.Popen([str(FP4MOE), "convert", str(src), str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, f"convert finished before the interrupt: {err}"
+    assert "interrupted" in err
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
