@@ -34,15 +34,21 @@ struct Tensors {
   std::vector<float> y;
   float tensor_scale = 0.0f;
 
-  Tensors() : rows(element_count() / 4096), x(element_count()), packed(x.size() / 2),
-              nv_scales(x.size() / 16), mx_scales(x.size() / 32), y(x.size()) {
+  Tensors()
+      : rows(element_count() / 4096),
+        x(element_count()),
+        packed(x.size() / 2),
+        nv_scales(x.size() / 16),
+        mx_scales(x.size() / 32),
+        y(x.size()) {
     std::mt19937 gen(7);
     std::normal_distribution<float> dist;
     for (float& v : x) v = dist(gen);
     tensor_scale = *nvfp4_tensor_scale("x", x);
     FP4MOE_CHECK(quantize_nvfp4("x", x, rows, cols, tensor_scale, packed, nv_scales).ok());
     std::vector<uint8_t> mx_packed(packed.size());
-    FP4MOE_CHECK(quantize_mxfp4("x", x, rows, cols, MxScaleRule::kOcpFloor, mx_packed, mx_scales).ok());
+    FP4MOE_CHECK(
+        quantize_mxfp4("x", x, rows, cols, MxScaleRule::kOcpFloor, mx_packed, mx_scales).ok());
   }
 };
 
@@ -62,7 +68,8 @@ void set_counters(benchmark::State& state, double bytes_in, double bytes_out) {
 void BM_QuantizeNvfp4(benchmark::State& state) {
   auto& t = tensors();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(quantize_nvfp4("x", t.x, t.rows, t.cols, t.tensor_scale, t.packed, t.nv_scales));
+    benchmark::DoNotOptimize(
+        quantize_nvfp4("x", t.x, t.rows, t.cols, t.tensor_scale, t.packed, t.nv_scales));
   }
   set_counters(state, 4.0 * t.x.size(), t.packed.size() + t.nv_scales.size());
 }
@@ -70,17 +77,19 @@ void BM_QuantizeNvfp4(benchmark::State& state) {
 void BM_QuantizeMxfp4(benchmark::State& state) {
   auto& t = tensors();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(quantize_mxfp4("x", t.x, t.rows, t.cols, MxScaleRule::kOcpFloor,
-                                            t.packed, t.mx_scales));
+    benchmark::DoNotOptimize(
+        quantize_mxfp4("x", t.x, t.rows, t.cols, MxScaleRule::kOcpFloor, t.packed, t.mx_scales));
   }
   set_counters(state, 4.0 * t.x.size(), t.packed.size() + t.mx_scales.size());
 }
 
 void BM_DequantizeNvfp4(benchmark::State& state) {
   auto& t = tensors();
-  FP4MOE_CHECK(quantize_nvfp4("x", t.x, t.rows, t.cols, t.tensor_scale, t.packed, t.nv_scales).ok());
+  FP4MOE_CHECK(
+      quantize_nvfp4("x", t.x, t.rows, t.cols, t.tensor_scale, t.packed, t.nv_scales).ok());
   for (auto _ : state) {
-    benchmark::DoNotOptimize(dequantize_nvfp4("x", t.packed, t.nv_scales, t.tensor_scale, t.rows, t.cols, t.y));
+    benchmark::DoNotOptimize(
+        dequantize_nvfp4("x", t.packed, t.nv_scales, t.tensor_scale, t.rows, t.cols, t.y));
   }
   set_counters(state, t.packed.size() + t.nv_scales.size(), 4.0 * t.y.size());
 }

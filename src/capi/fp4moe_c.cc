@@ -46,13 +46,20 @@ int fp4moe_encode(const char* kind, const float* x, void* codes, size_t n) {
   auto* bytes = static_cast<uint8_t*>(codes);
   auto* halves = static_cast<uint16_t*>(codes);
   for (size_t i = 0; i < n; ++i) {
-    if (k == "e2m1") bytes[i] = f::encode_e2m1(x[i]);
-    else if (k == "e4m3") bytes[i] = f::encode_e4m3(x[i]);
-    else if (k == "ue4m3") bytes[i] = f::encode_ue4m3(x[i]);
-    else if (k == "e8m0") bytes[i] = f::encode_e8m0(x[i]);
-    else if (k == "bf16") halves[i] = f::encode_bf16(x[i]);
-    else if (k == "fp16") halves[i] = f::encode_fp16(x[i]);
-    else return 1;
+    if (k == "e2m1")
+      bytes[i] = f::encode_e2m1(x[i]);
+    else if (k == "e4m3")
+      bytes[i] = f::encode_e4m3(x[i]);
+    else if (k == "ue4m3")
+      bytes[i] = f::encode_ue4m3(x[i]);
+    else if (k == "e8m0")
+      bytes[i] = f::encode_e8m0(x[i]);
+    else if (k == "bf16")
+      halves[i] = f::encode_bf16(x[i]);
+    else if (k == "fp16")
+      halves[i] = f::encode_fp16(x[i]);
+    else
+      return 1;
   }
   return 0;
 }
@@ -62,13 +69,20 @@ int fp4moe_decode(const char* kind, const void* codes, float* x, size_t n) {
   const auto* bytes = static_cast<const uint8_t*>(codes);
   const auto* halves = static_cast<const uint16_t*>(codes);
   for (size_t i = 0; i < n; ++i) {
-    if (k == "e2m1") x[i] = f::decode_e2m1(bytes[i]);
-    else if (k == "e4m3") x[i] = f::decode_e4m3(bytes[i]);
-    else if (k == "ue4m3") x[i] = f::decode_ue4m3(bytes[i]);
-    else if (k == "e8m0") x[i] = f::decode_e8m0(bytes[i]);
-    else if (k == "bf16") x[i] = f::decode_bf16(halves[i]);
-    else if (k == "fp16") x[i] = f::decode_fp16(halves[i]);
-    else return 1;
+    if (k == "e2m1")
+      x[i] = f::decode_e2m1(bytes[i]);
+    else if (k == "e4m3")
+      x[i] = f::decode_e4m3(bytes[i]);
+    else if (k == "ue4m3")
+      x[i] = f::decode_ue4m3(bytes[i]);
+    else if (k == "e8m0")
+      x[i] = f::decode_e8m0(bytes[i]);
+    else if (k == "bf16")
+      x[i] = f::decode_bf16(halves[i]);
+    else if (k == "fp16")
+      x[i] = f::decode_fp16(halves[i]);
+    else
+      return 1;
   }
   return 0;
 }
@@ -103,9 +117,9 @@ int fp4moe_quantize_mxfp4(const float* x, int64_t rows, int64_t cols, int rule, 
                           uint8_t* scales, char* error, size_t error_size) {
   const size_t n = divisible(cols, 32) ? elements(rows, cols) : 0;
   const auto mx_rule = rule == 0 ? f::MxScaleRule::kOcpFloor : f::MxScaleRule::kRoundUp;
-  return finish(f::quantize_mxfp4("x", {x, n}, rows, cols, mx_rule, {packed, n / 2},
-                                  {scales, n / 32}),
-                error, error_size);
+  return finish(
+      f::quantize_mxfp4("x", {x, n}, rows, cols, mx_rule, {packed, n / 2}, {scales, n / 32}), error,
+      error_size);
 }
 
 int fp4moe_dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows,
@@ -115,8 +129,8 @@ int fp4moe_dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_
                 error, error_size);
 }
 
-int fp4moe_quantize_fp8_block128(const float* x, int64_t rows, int64_t cols, int ue8m0,
-                                 uint8_t* q, void* scales, char* error, size_t error_size) {
+int fp4moe_quantize_fp8_block128(const float* x, int64_t rows, int64_t cols, int ue8m0, uint8_t* q,
+                                 void* scales, char* error, size_t error_size) {
   const size_t n = elements(rows, cols);
   const auto s = static_cast<size_t>(n ? f::fp8_block_scale_count(rows, cols) : 0);
   if (ue8m0) {
@@ -129,9 +143,8 @@ int fp4moe_quantize_fp8_block128(const float* x, int64_t rows, int64_t cols, int
       error, error_size);
 }
 
-int fp4moe_dequantize_fp8_block128(const uint8_t* q, const void* scales, int64_t rows,
-                                   int64_t cols, int ue8m0, float* out, char* error,
-                                   size_t error_size) {
+int fp4moe_dequantize_fp8_block128(const uint8_t* q, const void* scales, int64_t rows, int64_t cols,
+                                   int ue8m0, float* out, char* error, size_t error_size) {
   const size_t n = elements(rows, cols);
   const auto s = static_cast<size_t>(n ? f::fp8_block_scale_count(rows, cols) : 0);
   if (ue8m0) {
@@ -154,8 +167,8 @@ int fp4moe_transcode_mxfp4_to_nvfp4(size_t count, const uint8_t* const* packed,
   std::vector<f::Nvfp4Destination> destinations(count);
   for (size_t i = 0; i < count; ++i) {
     const size_t n = divisible(cols[i], 32) ? elements(rows[i], cols[i]) : 0;
-    sources[i] = {"tensor" + std::to_string(i), {packed[i], n / 2}, {scales[i], n / 32}, rows[i],
-                  cols[i]};
+    sources[i] = {
+        "tensor" + std::to_string(i), {packed[i], n / 2}, {scales[i], n / 32}, rows[i], cols[i]};
     destinations[i] = {{out_packed[i], n / 2}, {out_block_scales[i], n / 16}};
   }
   auto result = f::transcode_mxfp4_to_nvfp4(sources, destinations);

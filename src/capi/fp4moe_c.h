@@ -21,19 +21,17 @@ int fp4moe_quantize_nvfp4(const float* x, int64_t rows, int64_t cols, float tens
                           uint8_t* packed, uint8_t* block_scales, float* tensor_scale_out,
                           char* error, size_t error_size);
 int fp4moe_dequantize_nvfp4(const uint8_t* packed, const uint8_t* block_scales, float tensor_scale,
-                            int64_t rows, int64_t cols, float* out, char* error,
-                            size_t error_size);
+                            int64_t rows, int64_t cols, float* out, char* error, size_t error_size);
 /* rule: 0 = OCP floor, 1 = round-up. */
 int fp4moe_quantize_mxfp4(const float* x, int64_t rows, int64_t cols, int rule, uint8_t* packed,
                           uint8_t* scales, char* error, size_t error_size);
 int fp4moe_dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                             int64_t cols, float* out, char* error, size_t error_size);
 /* ue8m0 = 0: F32 scales (float*), 1: E8M0 scales (uint8_t*). */
-int fp4moe_quantize_fp8_block128(const float* x, int64_t rows, int64_t cols, int ue8m0,
-                                 uint8_t* q, void* scales, char* error, size_t error_size);
-int fp4moe_dequantize_fp8_block128(const uint8_t* q, const void* scales, int64_t rows,
-                                   int64_t cols, int ue8m0, float* out, char* error,
-                                   size_t error_size);
+int fp4moe_quantize_fp8_block128(const float* x, int64_t rows, int64_t cols, int ue8m0, uint8_t* q,
+                                 void* scales, char* error, size_t error_size);
+int fp4moe_dequantize_fp8_block128(const uint8_t* q, const void* scales, int64_t rows, int64_t cols,
+                                   int ue8m0, float* out, char* error, size_t error_size);
 
 /* Transcodes `count` MXFP4 tensors sharing one tensor scale. counts_out: blocks total, lossless,
    requantized, all-zero; errors_out: max absolute, max relative error. */

@@ -38,8 +38,8 @@ class ProgressPrinter {
     const double fraction = p.bytes_total ? static_cast<double>(p.bytes_done) / p.bytes_total : 1.0;
     const double rate = elapsed > 0 ? static_cast<double>(p.bytes_done) / elapsed : 0.0;
     // No estimate until a tenth of a second of work has been seen.
-    const double eta = rate > 0 && elapsed > 0.1
-                           ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : -1.0;
+    const double eta =
+        rate > 0 && elapsed > 0.1 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : -1.0;
     if (tty_) {
       const int width = 30;
       const int filled = static_cast<int>(fraction * width);
@@ -48,10 +48,12 @@ class ProgressPrinter {
                  std::string(static_cast<size_t>(width - filled), ' '), 100 * fraction,
                  p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta));
       if (p.tensors_done == p.tensors_total) fmt::print(stderr, "\n");
-    } else if (static_cast<int>(fraction * 10) > last_decile_ || p.tensors_done == p.tensors_total) {
+    } else if (static_cast<int>(fraction * 10) > last_decile_ ||
+               p.tensors_done == p.tensors_total) {
       last_decile_ = static_cast<int>(fraction * 10);
       fmt::print(stderr, "convert: {:.0f}% ({:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {})\n",
-                 100 * fraction, p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta));
+                 100 * fraction, p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9,
+                 eta_text(eta));
     }
   }
 
@@ -63,8 +65,10 @@ class ProgressPrinter {
 
 int run_convert(const ConvertArgs& args) {
   if (args.to != "nvfp4") {
-    fmt::print(stderr, "fp4moe convert: --to {} is not available yet: this version converts MXFP4 "
-                       "checkpoints to NVFP4 (--to nvfp4)\n", args.to);
+    fmt::print(stderr,
+               "fp4moe convert: --to {} is not available yet: this version converts MXFP4 "
+               "checkpoints to NVFP4 (--to nvfp4)\n",
+               args.to);
     return 2;
   }
   convert::ConvertOptions options;
@@ -101,7 +105,9 @@ int run_convert(const ConvertArgs& args) {
           {"blocks_requantized", r.blocks_requantized},
           {"blocks_all_zero", r.blocks_all_zero},
           {"lossless_fraction",
-           r.blocks_total ? static_cast<double>(r.blocks_lossless + r.blocks_all_zero) / r.blocks_total : 1.0},
+           r.blocks_total
+               ? static_cast<double>(r.blocks_lossless + r.blocks_all_zero) / r.blocks_total
+               : 1.0},
           {"max_abs_error", r.max_abs_error},
           {"max_rel_error", r.max_rel_error}}}};
     fmt::print("{}\n", j.dump(2));
@@ -109,10 +115,11 @@ int run_convert(const ConvertArgs& args) {
   }
   fmt::print("converted {} modules MXFP4 -> NVFP4, copied {} tensors, {:.2f} GB in {:.1f} s\n",
              s.modules_converted, s.tensors_copied, s.bytes_read / 1e9, s.seconds);
-  fmt::print("blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error {:.3g}, "
-             "max rel error {:.3g})\n",
-             r.blocks_total, r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized,
-             r.max_abs_error, r.max_rel_error);
+  fmt::print(
+      "blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error {:.3g}, "
+      "max rel error {:.3g})\n",
+      r.blocks_total, r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error,
+      r.max_rel_error);
   fmt::print("wrote {} (config.json and hf_quant_config.json: NVFP4 routed experts, weight-only)\n",
              args.destination);
   return 0;

@@ -78,10 +78,12 @@ Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const c
       fmt::print("    {} [{}]: {}\n", detect::to_string(f.severity), f.code, f.message);
     }
   }
-  const plan::Plan p = plan::make_plan(inspected->manifest, inspected->config, plan::Target::kSm120, {});
+  const plan::Plan p =
+      plan::make_plan(inspected->manifest, inspected->config, plan::Target::kSm120, {});
   if (const auto* routed = routed_plan(p)) {
     side.routed_plan = *routed;
-    fmt::print("  plan sm_120: routed experts -> {} [{}]\n", routed->kernel, plan::path_name(routed->path));
+    fmt::print("  plan sm_120: routed experts -> {} [{}]\n", routed->kernel,
+               plan::path_name(routed->path));
   }
   side.decode_us = p.time_us;
   for (const auto& f : p.findings) {  // one line per finding of the routed experts' first matrix
@@ -95,9 +97,10 @@ Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const c
   if (!full.ok()) return full.error();
   const plan::Plan fp = plan::make_plan(full->manifest, full->config, plan::Target::kSm120, {});
   side.full_decode_us = fp.time_us;
-  fmt::print("  plan sm_120, full-size {} layout: {:.0f} MB of weights per token, roofline {:.0f} us "
-             "per token ({:.0f} tokens/s at batch 1)\n",
-             label, fp.bytes_per_token / 1e6, fp.time_us, fp.time_us > 0 ? 1e6 / fp.time_us : 0.0);
+  fmt::print(
+      "  plan sm_120, full-size {} layout: {:.0f} MB of weights per token, roofline {:.0f} us "
+      "per token ({:.0f} tokens/s at batch 1)\n",
+      label, fp.bytes_per_token / 1e6, fp.time_us, fp.time_us > 0 ? 1e6 / fp.time_us : 0.0);
 
   model::VerifyOptions verify_options;
   auto verified = model::verify_checkpoint(dir, verify_options);
@@ -107,10 +110,11 @@ Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const c
     side.verified = side.verified && v.ok;
     side.worst_rel_error = std::max(side.worst_rel_error, v.rel_l2_error);
   }
-  fmt::print("  verify on this CPU: {} layers, {} tokens each, worst rel L2 error {:.2e} (tolerance "
-             "{:g}): {}\n",
-             verified->size(), verify_options.tokens, side.worst_rel_error,
-             model::kVerifyRelTolerance, side.verified ? "ok" : "FAILED");
+  fmt::print(
+      "  verify on this CPU: {} layers, {} tokens each, worst rel L2 error {:.2e} (tolerance "
+      "{:g}): {}\n",
+      verified->size(), verify_options.tokens, side.worst_rel_error, model::kVerifyRelTolerance,
+      side.verified ? "ok" : "FAILED");
   model::LayerBenchOptions bench_options;
   bench_options.min_seconds = 0.3;
   auto benched = model::bench_checkpoint_layers(dir, bench_options);
@@ -120,9 +124,10 @@ Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const c
     side.layer_ratio += b.ratio_to_bound / static_cast<double>(benched->size());
     side.bandwidth = b.bandwidth_gbps;
   }
-  fmt::print("  bench on this CPU, batch 1: {:.0f} us per MoE layer, {:.2f}x the bytes/bandwidth bound "
-             "({:.1f} GB/s measured in this run)\n",
-             side.layer_us, side.layer_ratio, side.bandwidth);
+  fmt::print(
+      "  bench on this CPU, batch 1: {:.0f} us per MoE layer, {:.2f}x the bytes/bandwidth bound "
+      "({:.1f} GB/s measured in this run)\n",
+      side.layer_us, side.layer_ratio, side.bandwidth);
   return side;
 }
 
@@ -131,9 +136,9 @@ int fail(const Error& e) {
   return 1;
 }
 
-#define FP4MOE_RETURN_IF_ERROR_INT(expr)         \
-  do {                                          \
-    const Status demo_status_ = (expr);         \
+#define FP4MOE_RETURN_IF_ERROR_INT(expr)                       \
+  do {                                                         \
+    const Status demo_status_ = (expr);                        \
     if (!demo_status_.ok()) return fail(demo_status_.error()); \
   } while (0)
 
@@ -146,7 +151,8 @@ int run_demo(const DemoArgs& args) {
     work.path = templ;
   } else {
     std::error_code ec;
-    if (fs::exists(work.path, ec)) return fail(Error{work.path.string() + ": exists; pass a new directory"});
+    if (fs::exists(work.path, ec))
+      return fail(Error{work.path.string() + ": exists; pass a new directory"});
     fs::create_directories(work.path, ec);
     if (ec) return fail(Error{work.path.string() + ": " + ec.message()});
   }
@@ -167,10 +173,11 @@ int run_demo(const DemoArgs& args) {
   full.full_size = true;
   FP4MOE_RETURN_IF_ERROR_INT(synth::write_synthetic(synth::Layout::kDsv4Mxfp4, stock_full, full));
   FP4MOE_RETURN_IF_ERROR_INT(synth::write_synthetic(synth::Layout::kDsv4Nvfp4, nvidia_full, full));
-  fmt::print("0. synthesized the stock layout: {} layers x {} experts at the real expert shapes "
-             "(hidden 4096, width 2048), real names and config, in {:.1f} s; plus full-size "
-             "header-only (sparse) copies of both layouts for the real model's figures\n\n",
-             args.layers, args.experts, seconds_since(t));
+  fmt::print(
+      "0. synthesized the stock layout: {} layers x {} experts at the real expert shapes "
+      "(hidden 4096, width 2048), real names and config, in {:.1f} s; plus full-size "
+      "header-only (sparse) copies of both layouts for the real model's figures\n\n",
+      args.layers, args.experts, seconds_since(t));
 
   fmt::print("1. the stock checkpoint, as DeepSeek ships it\n");
   auto before = examine(stock, stock_full, "stock");
@@ -182,23 +189,25 @@ int run_demo(const DemoArgs& args) {
   auto report = convert::convert_mxfp4_to_nvfp4(stock, converted, convert_options);
   if (!report.ok()) return fail(report.error());
   const auto& r = report->report;
-  fmt::print("  {} modules, {:.2f} GB in {:.1f} s; blocks: {} total, {} bit-exact, {} all-zero, {} "
-             "requantized (max abs error {:.3g})\n",
-             report->modules_converted, report->bytes_read / 1e9, seconds_since(t), r.blocks_total,
-             r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error);
+  fmt::print(
+      "  {} modules, {:.2f} GB in {:.1f} s; blocks: {} total, {} bit-exact, {} all-zero, {} "
+      "requantized (max abs error {:.3g})\n",
+      report->modules_converted, report->bytes_read / 1e9, seconds_since(t), r.blocks_total,
+      r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error);
 
   fmt::print("\n3. the converted checkpoint\n");
   auto after = examine(converted, nvidia_full, "NVFP4");
   if (!after.ok()) return fail(after.error());
 
   fmt::print("\n4. comparison                      stock MXFP4                  converted NVFP4\n");
-  fmt::print("   sm_120 routed-expert path       {:<28} {}\n", plan::path_name(before->routed_plan.path),
-             plan::path_name(after->routed_plan.path));
+  fmt::print("   sm_120 routed-expert path       {:<28} {}\n",
+             plan::path_name(before->routed_plan.path), plan::path_name(after->routed_plan.path));
   fmt::print("   sm_120 decode, full model       {:<28} {}  ({:.1f}x faster)\n",
              fmt::format("{:.0f} us/token", before->full_decode_us),
              fmt::format("{:.0f} us/token", after->full_decode_us),
              after->full_decode_us > 0 ? before->full_decode_us / after->full_decode_us : 0.0);
-  fmt::print("   CPU verify, worst rel L2 error  {:<28} {}\n", fmt::format("{:.2e}", before->worst_rel_error),
+  fmt::print("   CPU verify, worst rel L2 error  {:<28} {}\n",
+             fmt::format("{:.2e}", before->worst_rel_error),
              fmt::format("{:.2e}", after->worst_rel_error));
   fmt::print("   CPU MoE layer, batch 1          {:<28} {}\n",
              fmt::format("{:.0f} us ({:.2f}x bound)", before->layer_us, before->layer_ratio),
@@ -211,18 +220,20 @@ int run_demo(const DemoArgs& args) {
   return ok ? 0 : 1;
 }
 
-const CommandRegistrar kDemo{{"demo",
-                              "Tell the whole story on an embedded reduced DeepSeek-V4-Flash",
-                              [](CLI::App& app) {
-                                auto args = std::make_shared<DemoArgs>();
-                                app.add_option("--dir", args->dir, "work directory (default: a new temporary one)");
-                                app.add_option("--layers", args->layers, "MoE layers to synthesize")->check(CLI::Range(1, 43));
-                                app.add_option("--experts", args->experts, "routed experts per layer")->check(CLI::Range(6, 256));
-                                app.add_option("--seed", args->seed, "random seed of the weights");
-                                app.add_flag("--keep", args->keep, "keep the checkpoints");
-                                return [args] { return run_demo(*args); };
-                              },
-                              100}};
+const CommandRegistrar kDemo{
+    {"demo", "Tell the whole story on an embedded reduced DeepSeek-V4-Flash",
+     [](CLI::App& app) {
+       auto args = std::make_shared<DemoArgs>();
+       app.add_option("--dir", args->dir, "work directory (default: a new temporary one)");
+       app.add_option("--layers", args->layers, "MoE layers to synthesize")
+           ->check(CLI::Range(1, 43));
+       app.add_option("--experts", args->experts, "routed experts per layer")
+           ->check(CLI::Range(6, 256));
+       app.add_option("--seed", args->seed, "random seed of the weights");
+       app.add_flag("--keep", args->keep, "keep the checkpoints");
+       return [args] { return run_demo(*args); };
+     },
+     100}};
 
 }  // namespace
 }  // namespace fp4moe::cli

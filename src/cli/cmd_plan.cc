@@ -39,7 +39,8 @@ int run_plan(const PlanArgs& args) {
   plan::PlanOptions options;
   const bool needs_cpu = *target == plan::Target::kCpu || !args.html.empty();
   if (needs_cpu) options.cpu_bandwidth_gbps = cpu_bandwidth_gbps();
-  const plan::Plan result = plan::make_plan(inspected->manifest, inspected->config, *target, options);
+  const plan::Plan result =
+      plan::make_plan(inspected->manifest, inspected->config, *target, options);
   if (!args.html.empty()) {
     std::vector<plan::Plan> plans;
     for (plan::Target t : plan::kAllTargets) {
@@ -65,10 +66,12 @@ const CommandRegistrar kPlan{
     {"plan", "Show the kernel and hardware path each module gets on a target, with a roofline",
      [](CLI::App& app) {
        auto args = std::make_shared<PlanArgs>();
-       app.add_option("DIR", args->dir, "checkpoint directory (configs alone are enough)")->required();
+       app.add_option("DIR", args->dir, "checkpoint directory (configs alone are enough)")
+           ->required();
        app.add_option("--target", args->target, "cpu, sm_80, sm_89, sm_90, sm_100 or sm_120");
        app.add_flag("--json", args->json, "print the plan as JSON");
-       app.add_option("--html", args->html, "also write a self-contained roofline page, all targets");
+       app.add_option("--html", args->html,
+                      "also write a self-contained roofline page, all targets");
        return [args] { return run_plan(*args); };
      },
      20}};

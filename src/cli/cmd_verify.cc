@@ -47,11 +47,18 @@ int run_verify(const VerifyArgs& args) {
   for (const auto& v : *results) {
     all_ok = all_ok && v.ok;
     if (args.json) {
-      j.push_back({{"layer", v.layer}, {"expert_scheme", v.expert_scheme}, {"shared_scheme", v.shared_scheme},
-                   {"tokens", v.tokens}, {"rel_l2_error", v.rel_l2_error}, {"max_abs_error", v.max_abs_error},
-                   {"max_abs_reference", v.max_abs_reference}, {"routing_ties", v.routing_ties},
-                   {"routing_mismatches", v.routing_mismatches}, {"kernel_us", v.kernel_us},
-                   {"kernels", v.kernels}, {"ok", v.ok}});
+      j.push_back({{"layer", v.layer},
+                   {"expert_scheme", v.expert_scheme},
+                   {"shared_scheme", v.shared_scheme},
+                   {"tokens", v.tokens},
+                   {"rel_l2_error", v.rel_l2_error},
+                   {"max_abs_error", v.max_abs_error},
+                   {"max_abs_reference", v.max_abs_reference},
+                   {"routing_ties", v.routing_ties},
+                   {"routing_mismatches", v.routing_mismatches},
+                   {"kernel_us", v.kernel_us},
+                   {"kernels", v.kernels},
+                   {"ok", v.ok}});
     } else {
       fmt::print("{:>5}  {:<8} {:<10} {:>12.3e} {:>12.3e} {:>12.3e} {:>6} {:>10.0f}  {}\n", v.layer,
                  v.expert_scheme, v.shared_scheme, v.rel_l2_error, v.max_abs_error,
@@ -60,7 +67,10 @@ int run_verify(const VerifyArgs& args) {
     }
   }
   if (args.json) {
-    fmt::print("{}\n", nlohmann::json{{"tolerance_rel_l2", model::kVerifyRelTolerance}, {"layers", j}, {"ok", all_ok}}.dump(2));
+    fmt::print("{}\n",
+               nlohmann::json{
+                   {"tolerance_rel_l2", model::kVerifyRelTolerance}, {"layers", j}, {"ok", all_ok}}
+                   .dump(2));
   } else if (!results->empty()) {
     fmt::print("kernels: {}\n", results->front().kernels);
   }
@@ -68,11 +78,13 @@ int run_verify(const VerifyArgs& args) {
 }
 
 const CommandRegistrar kVerify{
-    {"verify", "Run each MoE layer through the CPU kernels and the reference; exit 1 past tolerance",
+    {"verify",
+     "Run each MoE layer through the CPU kernels and the reference; exit 1 past tolerance",
      [](CLI::App& app) {
        auto args = std::make_shared<VerifyArgs>();
        app.add_option("DIR", args->dir, "checkpoint directory")->required();
-       app.add_option("--layers", args->layers, "layer indices (default: every MoE layer)")->delimiter(',');
+       app.add_option("--layers", args->layers, "layer indices (default: every MoE layer)")
+           ->delimiter(',');
        app.add_option("--tokens", args->tokens, "tokens per layer")->check(CLI::Range(1, 256));
        app.add_option("--seed", args->seed, "seed of the random activations");
        app.add_option("--isa", args->isa, "force an ISA (scalar, avx2, avx512)");

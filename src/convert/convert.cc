@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -75,14 +74,17 @@ bool is_file_hole(const CheckpointDir& dir, const CheckpointTensor& t) {
   const uint64_t inner_end = end / kBlock * kBlock;
   bool hole = false;
   const off_t next_data = ::lseek(fd, static_cast<off_t>(inner_begin), SEEK_DATA);
-  if ((next_data < 0 && errno == ENXIO) || (next_data >= 0 && static_cast<uint64_t>(next_data) >= inner_end)) {
+  if ((next_data < 0 && errno == ENXIO) ||
+      (next_data >= 0 && static_cast<uint64_t>(next_data) >= inner_end)) {
     std::vector<char> edge(kBlock);
     hole = true;
     for (const auto& [from, to] : {std::pair{begin, inner_begin}, std::pair{inner_end, end}}) {
       const auto n = static_cast<size_t>(to - from);
       if (n == 0) continue;
-      hole = hole && ::pread(fd, edge.data(), n, static_cast<off_t>(from)) == static_cast<ssize_t>(n) &&
-             std::all_of(edge.begin(), edge.begin() + static_cast<std::ptrdiff_t>(n), [](char c) { return c == 0; });
+      hole = hole &&
+             ::pread(fd, edge.data(), n, static_cast<off_t>(from)) == static_cast<ssize_t>(n) &&
+             std::all_of(edge.begin(), edge.begin() + static_cast<std::ptrdiff_t>(n),
+                         [](char c) { return c == 0; });
     }
   }
   ::close(fd);
@@ -119,11 +121,11 @@ Result<std::vector<Mxfp4Module>> find_mxfp4_modules(const CheckpointDir& dir,
     const CheckpointTensor* scale = dir.find(module + ".scale");
     const auto& w = *t.info;
     const bool weight_ok = (w.dtype == DType::I8 || w.dtype == DType::U8) && w.shape.size() == 2;
-    const bool scale_ok = scale != nullptr &&
-                          (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
-                          scale->info->shape.size() == 2 && weight_ok &&
-                          scale->info->shape[0] == w.shape[0] &&
-                          scale->info->shape[1] * 16 == w.shape[1];
+    const bool scale_ok =
+        scale != nullptr &&
+        (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
+        scale->info->shape.size() == 2 && weight_ok && scale->info->shape[0] == w.shape[0] &&
+        scale->info->shape[1] * 16 == w.shape[1];
     if (!scale_ok) {
       return Error{dir.path().string() + ": module '" + module + "' matches --modules but is not " +
                    "MXFP4 (weight " + std::string(checkpoint::dtype_name(w.dtype)) + " " +
@@ -179,7 +181,8 @@ Status transcode_group(const CheckpointDir& dir, std::vector<Mxfp4Module*>& memb
     sources.push_back({m->weight->info->name,
                        {reinterpret_cast<const uint8_t*>(packed->data()), packed->size()},
                        {reinterpret_cast<const uint8_t*>(scales->data()), scales->size()},
-                       m->rows, m->cols});
+                       m->rows,
+                       m->cols});
     destinations.push_back({m->packed, m->block_scales});
   }
   auto report = formats::transcode_mxfp4_to_nvfp4(sources, destinations);
@@ -198,16 +201,18 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& d
   const nlohmann::json producer = {
       {"name", "fp4moe"},
       {"version", kVersion},
-      {"note", "weight-only NVFP4 (ModelOpt W4A16_NVFP4): converted without calibration data, so "
-               "there are no input_scale tensors; activations stay in BF16"}};
+      {"note",
+       "weight-only NVFP4 (ModelOpt W4A16_NVFP4): converted without calibration data, so "
+       "there are no input_scale tensors; activations stay in BF16"}};
   nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
-  nlohmann::json qc = config.contains("quantization_config") && config["quantization_config"].is_object()
-                          ? config["quantization_config"]
-                          : nlohmann::json::object();
+  nlohmann::json qc =
+      config.contains("quantization_config") && config["quantization_config"].is_object()
+          ? config["quantization_config"]
+          : nlohmann::json::object();
   const bool deepseek_v4 = config.value("model_type", "") == "deepseek_v4";
   // NVIDIA's DeepSeek-V4-Flash-NVFP4 form (FORMATS.md §3): the FP8 base stays (`quant_method:
-  // fp8`, 128x128 UE8M0 blocks for attention and shared experts) and the routed experts are named by
-  // `moe_quant_algo` and `quantized_layers`; SGLang keys its NVFP4 MoE path on `moe_quant_algo`,
+  // fp8`, 128x128 UE8M0 blocks for attention and shared experts) and the routed experts are named
+  // by `moe_quant_algo` and `quantized_layers`; SGLang keys its NVFP4 MoE path on `moe_quant_algo`,
   // TensorRT-LLM reads hf_quant_config.json, vLLM reads quantized_layers per module.
   if (!qc.contains("quant_method")) qc["quant_method"] = "modelopt";
   qc["quant_algo"] = "MIXED_PRECISION";
@@ -218,11 +223,11 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& d
   qc["kv_cache_quant_algo"] = nullptr;
   qc["producer"] = producer;
   qc["quantized_layers"] = layers;
-  qc["config_groups"] = {{"group_0",
-                          {{"targets", {"Linear"}},
-                           {"weights",
-                            {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}}},
-                           {"input_activations", nullptr}}}};
+  qc["config_groups"] = {
+      {"group_0",
+       {{"targets", {"Linear"}},
+        {"weights", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}}},
+        {"input_activations", nullptr}}}};
   nlohmann::json ignore = nlohmann::json::array();
   if (deepseek_v4) ignore = {"*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"};
   qc["ignore"] = ignore;
@@ -258,8 +263,10 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
     const auto src = fs::canonical(source, ec);
     const auto dst = fs::canonical(destination, ec);
     if (checkpoint::path_is_inside(src, dst) || checkpoint::path_is_inside(dst, src)) {
-      return Error{destination.string() + ": refusing to replace a destination that is or holds "
-                   "the source " + source.string()};
+      return Error{destination.string() +
+                   ": refusing to replace a destination that is or holds "
+                   "the source " +
+                   source.string()};
     }
   }
   // Conversion rewrites the configs from what they claim: a source whose configs contradict its
@@ -332,11 +339,13 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight_scale"));
       } else {
         FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_bytes_of(m.packed)));
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale", as_bytes_of(m.block_scales)));
+        FP4MOE_RETURN_IF_ERROR(
+            writer->write(m.name + ".weight_scale", as_bytes_of(m.block_scales)));
       }
       FP4MOE_RETURN_IF_ERROR(
           writer->write(m.name + ".weight_scale_2", std::as_bytes(std::span(&m.tensor_scale, 1))));
-      summary.bytes_written += m.weight->info->byte_size() + m.weight->info->byte_size() / 8 + sizeof(float);
+      summary.bytes_written +=
+          m.weight->info->byte_size() + m.weight->info->byte_size() / 8 + sizeof(float);
       std::vector<uint8_t>().swap(m.packed);  // keep memory to the groups in flight
       std::vector<uint8_t>().swap(m.block_scales);
       ++summary.modules_converted;
@@ -357,8 +366,7 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
     if (options.on_progress) options.on_progress(progress);
   }
   FP4MOE_RETURN_IF_ERROR(writer->finish());
-  summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
 

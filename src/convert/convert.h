@@ -6,10 +6,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "formats/transcode.h"
@@ -22,7 +21,7 @@ inline const std::vector<std::string> kDefaultModulePatterns = {"layers.*.ffn.ex
                                                                 "model.layers.*.mlp.experts.*"};
 
 struct ConvertProgress {
-  uint64_t bytes_done = 0;   // source bytes consumed so far
+  uint64_t bytes_done = 0;  // source bytes consumed so far
   uint64_t bytes_total = 0;
   size_t tensors_done = 0;
   size_t tensors_total = 0;
@@ -30,21 +29,21 @@ struct ConvertProgress {
 
 struct ConvertOptions {
   std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
-  bool force = false;                          // replace an existing destination
+  bool force = false;  // replace an existing destination
   uint64_t max_shard_bytes = 5'000'000'000;
   std::function<void(const ConvertProgress&)> on_progress;  // after each source tensor
-  const std::atomic<bool>* cancel = nullptr;   // set (e.g. by SIGINT) to stop; nothing is left
+  const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT) to stop; nothing is left
 };
 
 struct ConvertSummary {
-  formats::TranscodeReport report;   // all groups merged
+  formats::TranscodeReport report;  // all groups merged
   size_t modules_converted = 0;
   size_t tensors_copied = 0;
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double seconds = 0.0;
-  nlohmann::json config;             // the config.json written
-  nlohmann::json hf_quant_config;    // the hf_quant_config.json written
+  nlohmann::json config;           // the config.json written
+  nlohmann::json hf_quant_config;  // the hf_quant_config.json written
 };
 
 // Converts the MXFP4 modules of `source` matching the patterns to NVFP4 (ModelOpt tensor names:

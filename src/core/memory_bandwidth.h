@@ -7,8 +7,8 @@
 namespace fp4moe {
 
 struct BandwidthMeasurement {
-  double gbps = 0.0;      // best of the repetitions, 1e9 bytes per second
-  size_t bytes = 0;       // bytes read per repetition
+  double gbps = 0.0;  // best of the repetitions, 1e9 bytes per second
+  size_t bytes = 0;   // bytes read per repetition
   int threads = 1;
 };
 

@@ -18,7 +18,7 @@ struct Error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : state_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return state_.index() == 0; }
@@ -71,8 +71,8 @@ class [[nodiscard]] Status {
 }  // namespace fp4moe
 
 // Propagates an error out of a function that returns Status or Result<U>.
-#define FP4MOE_RETURN_IF_ERROR(expr)                        \
-  do {                                                      \
-    auto fp4moe_status_ = (expr);                           \
+#define FP4MOE_RETURN_IF_ERROR(expr)                         \
+  do {                                                       \
+    auto fp4moe_status_ = (expr);                            \
     if (!fp4moe_status_.ok()) return fp4moe_status_.error(); \
   } while (0)

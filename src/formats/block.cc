@@ -23,9 +23,9 @@ constexpr std::array<BlockFormatInfo, 4> kBlockFormats = {{
     {BlockFormat::kMxfp4, "mxfp4", 1, kMxfp4Block, ElementType::kE2M1, ScaleType::kE8m0,
      kMxfp4Block / 2 + 1, false},
     {BlockFormat::kFp8Block128, "fp8_block128", kFp8Block, kFp8Block, ElementType::kE4M3,
-     ScaleType::kF32, kFp8Block * kFp8Block + 4, false},
-    {BlockFormat::kFp8Block128Ue8m0, "fp8_block128_ue8m0", kFp8Block, kFp8Block,
-     ElementType::kE4M3, ScaleType::kE8m0, kFp8Block * kFp8Block + 1, false},
+     ScaleType::kF32, kFp8Block* kFp8Block + 4, false},
+    {BlockFormat::kFp8Block128Ue8m0, "fp8_block128_ue8m0", kFp8Block, kFp8Block, ElementType::kE4M3,
+     ScaleType::kE8m0, kFp8Block* kFp8Block + 1, false},
 }};
 
 Error shape_error(std::string_view tensor, int64_t rows, int64_t cols, std::string_view format,
@@ -77,6 +77,15 @@ int floor_log2(float a) {
   std::frexp(a, &e);
   return e - 1;
 }
+
+// ceil(log2(a)) for a > 0 finite: floor, plus one unless a is a power of two.
+int ceil_log2(float a) {
+  const int e = floor_log2(a);
+  return std::ldexp(1.0f, e) == a ? e : e + 1;
+}
+
+// E8M0 code of 2^exponent, clamped to the finite codes.
+uint8_t e8m0_code(int exponent) { return static_cast<uint8_t>(std::clamp(exponent + 127, 0, 254)); }
 
 }  // namespace
 
@@ -193,15 +202,12 @@ uint8_t mx_scale_code(float amax, MxScaleRule rule) {
       // OCP MX v1.0: X = 2^(floor(log2(amax)) - emax_elem), emax of E2M1 = 2.
       exponent = floor_log2(amax) - 2;
       break;
-    case MxScaleRule::kRoundUp: {
+    case MxScaleRule::kRoundUp:
       // X = 2^ceil(log2(amax / 6)), the quotient rounded in float32 as the GPU recipes compute it.
-      const float ratio = amax / 6.0f;
-      exponent = floor_log2(ratio);
-      if (std::ldexp(1.0f, exponent) != ratio) ++exponent;  // not a power of two: round up
+      exponent = ceil_log2(amax / 6.0f);
       break;
-    }
   }
-  return static_cast<uint8_t>(std::clamp(exponent + 127, 0, 254));
+  return e8m0_code(exponent);
 }
 
 }  // namespace
@@ -263,8 +269,9 @@ namespace {
 
 Status check_fp8_shape(std::string_view tensor, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) {
-    return Error{"tensor '" + std::string(tensor) + "': FP8 block tensor needs a positive shape, got [" +
-                 std::to_string(rows) + ", " + std::to_string(cols) + "]"};
+    return Error{"tensor '" + std::string(tensor) +
+                 "': FP8 block tensor needs a positive shape, got [" + std::to_string(rows) + ", " +
+                 std::to_string(cols) + "]"};
   }
   return Status::Ok();
 }
@@ -308,65 +315,68 @@ void fp8_block_decode(std::span<const uint8_t> q, int64_t cols, int64_t r0, int6
 
 }  // namespace
 
-Status quantize_fp8_block128(std::string_view tensor, std::span<const float> x, int64_t rows,
-                             int64_t cols, std::span<uint8_t> q, std::span<float> scales) {
+namespace {
+
+// The four FP8 entry points differ only in how a block's scale is chosen and stored.
+template <class Scale, class Choose>
+Status quantize_fp8_blocks(std::string_view tensor, std::span<const float> x, int64_t rows,
+                           int64_t cols, std::span<uint8_t> q, std::span<Scale> scales,
+                           Choose choose_scale) {
   FP4MOE_RETURN_IF_ERROR(check_fp8_shape(tensor, rows, cols));
   FP4MOE_CHECK(x.size() == checked_size(rows, cols) && q.size() == x.size() &&
                scales.size() == static_cast<size_t>(fp8_block_scale_count(rows, cols)));
   FP4MOE_RETURN_IF_ERROR(check_finite(tensor, x, cols));
   for_each_fp8_block(rows, cols, [&](int64_t s, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const float amax = fp8_block_amax(x, cols, r0, r1, c0, c1);
-    const float scale = amax == 0.0f ? 1.0f : amax / kE4M3Max;
-    scales[s] = scale;
+    const auto [stored, scale] = choose_scale(fp8_block_amax(x, cols, r0, r1, c0, c1));
+    scales[s] = stored;
     fp8_block_encode(x, cols, r0, r1, c0, c1, scale, q);
   });
   return Status::Ok();
 }
 
-Status dequantize_fp8_block128(std::string_view tensor, std::span<const uint8_t> q,
-                               std::span<const float> scales, int64_t rows, int64_t cols,
-                               std::span<float> out) {
+template <class Scale, class ToFloat>
+Status dequantize_fp8_blocks(std::string_view tensor, std::span<const uint8_t> q,
+                             std::span<const Scale> scales, int64_t rows, int64_t cols,
+                             std::span<float> out, ToFloat to_float) {
   FP4MOE_RETURN_IF_ERROR(check_fp8_shape(tensor, rows, cols));
   FP4MOE_CHECK(out.size() == checked_size(rows, cols) && q.size() == out.size() &&
                scales.size() == static_cast<size_t>(fp8_block_scale_count(rows, cols)));
   for_each_fp8_block(rows, cols, [&](int64_t s, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    fp8_block_decode(q, cols, r0, r1, c0, c1, scales[s], out);
+    fp8_block_decode(q, cols, r0, r1, c0, c1, to_float(scales[s]), out);
   });
   return Status::Ok();
 }
 
+}  // namespace
+
+Status quantize_fp8_block128(std::string_view tensor, std::span<const float> x, int64_t rows,
+                             int64_t cols, std::span<uint8_t> q, std::span<float> scales) {
+  return quantize_fp8_blocks(tensor, x, rows, cols, q, scales, [](float amax) {
+    const float scale = amax == 0.0f ? 1.0f : amax / kE4M3Max;
+    return std::pair{scale, scale};
+  });
+}
+
+Status dequantize_fp8_block128(std::string_view tensor, std::span<const uint8_t> q,
+                               std::span<const float> scales, int64_t rows, int64_t cols,
+                               std::span<float> out) {
+  return dequantize_fp8_blocks(tensor, q, scales, rows, cols, out, [](float s) { return s; });
+}
+
 Status quantize_fp8_block128_ue8m0(std::string_view tensor, std::span<const float> x, int64_t rows,
                                    int64_t cols, std::span<uint8_t> q, std::span<uint8_t> scales) {
-  FP4MOE_RETURN_IF_ERROR(check_fp8_shape(tensor, rows, cols));
-  FP4MOE_CHECK(x.size() == checked_size(rows, cols) && q.size() == x.size() &&
-               scales.size() == static_cast<size_t>(fp8_block_scale_count(rows, cols)));
-  FP4MOE_RETURN_IF_ERROR(check_finite(tensor, x, cols));
-  for_each_fp8_block(rows, cols, [&](int64_t s, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const float amax = fp8_block_amax(x, cols, r0, r1, c0, c1);
-    uint8_t code = kE8m0One;
-    if (amax != 0.0f) {
-      // 2^ceil(log2(amax / 448)): the power of two at or above the FP8 scale, so nothing clips.
-      const float ratio = amax / kE4M3Max;
-      int exponent = floor_log2(ratio);
-      if (std::ldexp(1.0f, exponent) != ratio) ++exponent;
-      code = static_cast<uint8_t>(std::clamp(exponent + 127, 0, 254));
-    }
-    scales[s] = code;
-    fp8_block_encode(x, cols, r0, r1, c0, c1, decode_e8m0(code), q);
+  return quantize_fp8_blocks(tensor, x, rows, cols, q, scales, [](float amax) {
+    // 2^ceil(log2(amax / 448)): the power of two at or above the FP8 scale, so nothing clips.
+    const uint8_t code = amax == 0.0f ? kE8m0One : e8m0_code(ceil_log2(amax / kE4M3Max));
+    return std::pair{code, decode_e8m0(code)};
   });
-  return Status::Ok();
 }
 
 Status dequantize_fp8_block128_ue8m0(std::string_view tensor, std::span<const uint8_t> q,
                                      std::span<const uint8_t> scales, int64_t rows, int64_t cols,
                                      std::span<float> out) {
-  FP4MOE_RETURN_IF_ERROR(check_fp8_shape(tensor, rows, cols));
-  FP4MOE_CHECK(out.size() == checked_size(rows, cols) && q.size() == out.size() &&
-               scales.size() == static_cast<size_t>(fp8_block_scale_count(rows, cols)));
-  for_each_fp8_block(rows, cols, [&](int64_t s, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    fp8_block_decode(q, cols, r0, r1, c0, c1, decode_e8m0(scales[s]), out);
-  });
-  return Status::Ok();
+  return dequantize_fp8_blocks(tensor, q, scales, rows, cols, out,
+                               [](uint8_t code) { return decode_e8m0(code); });
 }
 
 }  // namespace fp4moe::formats

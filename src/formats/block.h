@@ -15,10 +15,10 @@
 namespace fp4moe::formats {
 
 enum class BlockFormat : uint8_t {
-  kNvfp4,              // 16 x E2M1 + UE4M3 block scale + F32 per-tensor scale (NVIDIA ModelOpt)
-  kMxfp4,              // 32 x E2M1 + E8M0 block scale (OCP Microscaling v1.0)
-  kFp8Block128,        // 128x128 x E4M3 + F32 dequant scale (DeepSeek-V3 `weight_scale_inv`)
-  kFp8Block128Ue8m0,   // 128x128 x E4M3 + E8M0 power-of-two scale (DeepSeek-V3.2/V4 `scale`)
+  kNvfp4,             // 16 x E2M1 + UE4M3 block scale + F32 per-tensor scale (NVIDIA ModelOpt)
+  kMxfp4,             // 32 x E2M1 + E8M0 block scale (OCP Microscaling v1.0)
+  kFp8Block128,       // 128x128 x E4M3 + F32 dequant scale (DeepSeek-V3 `weight_scale_inv`)
+  kFp8Block128Ue8m0,  // 128x128 x E4M3 + E8M0 power-of-two scale (DeepSeek-V3.2/V4 `scale`)
 };
 
 enum class ElementType : uint8_t { kE2M1, kE4M3 };
@@ -27,12 +27,12 @@ enum class ScaleType : uint8_t { kUe4m3, kE8m0, kF32 };
 struct BlockFormatInfo {
   BlockFormat format;
   std::string_view name;
-  int block_rows;        // 1 for vector blocks, 128 for the FP8 2-D blocks
-  int block_cols;        // elements along the innermost dimension
+  int block_rows;  // 1 for vector blocks, 128 for the FP8 2-D blocks
+  int block_cols;  // elements along the innermost dimension
   ElementType element;
   ScaleType scale;
-  int bytes_per_block;   // packed elements + one block scale (the per-tensor scale not included)
-  bool has_tensor_scale; // an extra F32 per-tensor scale (NVFP4's weight_scale_2)
+  int bytes_per_block;    // packed elements + one block scale (the per-tensor scale not included)
+  bool has_tensor_scale;  // an extra F32 per-tensor scale (NVFP4's weight_scale_2)
 };
 
 // The format table. Adding a format = adding a row here plus its quantize/dequantize below.

@@ -7,8 +7,10 @@
 //  - E4M3fn (no Inf): saturating: |x| > 448 and +-Inf give +-448 (0x7E/0xFE); NaN gives 0x7F with
 //    the input's sign (0x7F/0xFF). Subnormals m*2^-9 are exact; values below 2^-10 round to +-0.
 //  - UE4M3 (NVFP4 block scale): the E4M3 codes with sign 0. Negative inputs and -0 encode as +0;
-//    NaN as 0x7F. Decoding a byte with the sign bit set gives NaN: it is not a valid unsigned scale.
-//  - E8M0 (MX scale, 2^(x-127)): RNE on log2 in the mantissa sense: 2^k*(1+f) rounds up when f > 0.5
+//    NaN as 0x7F. Decoding a byte with the sign bit set gives NaN: it is not a valid unsigned
+//    scale.
+//  - E8M0 (MX scale, 2^(x-127)): RNE on log2 in the mantissa sense: 2^k*(1+f) rounds up when f >
+//  0.5
 //    and at f == 0.5 to the even exponent field. Values below 2^-127 (zero, negatives, subnormal
 //    float32) give 0x00 (2^-127, the smallest scale); values at or above 2^127.5 and +Inf give
 //    0xFE (2^127, saturating); NaN gives 0xFF, the only NaN.
@@ -22,9 +24,9 @@
 namespace fp4moe::formats {
 
 // --- E2M1 (FP4): sign, 2 exponent bits, 1 mantissa bit, bias 1. 16 codes, low 4 bits used.
-inline constexpr std::array<float, 16> kE2M1Values = {
-    0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+inline constexpr std::array<float, 16> kE2M1Values = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                      4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                      -2.0f, -3.0f, -4.0f, -6.0f};
 inline constexpr float kE2M1Max = 6.0f;
 inline float decode_e2m1(uint8_t code) { return kE2M1Values[code & 0xF]; }
 uint8_t encode_e2m1(float x);

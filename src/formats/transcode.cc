@@ -24,7 +24,8 @@ constexpr uint8_t kUe4m3Smallest = 0x01;  // 2^-9, the smallest non-zero UE4M3
 struct WindowScaleCodes {
   uint8_t code[kWindowBinades + 1];
   WindowScaleCodes() {
-    for (int d = 0; d <= kWindowBinades; ++d) code[d] = encode_e4m3(std::ldexp(1.0f, kTopExponent - d));
+    for (int d = 0; d <= kWindowBinades; ++d)
+      code[d] = encode_e4m3(std::ldexp(1.0f, kTopExponent - d));
   }
 };
 
@@ -54,7 +55,8 @@ Result<TranscodeReport> transcode_mxfp4_to_nvfp4(std::span<const Mxfp4Source> so
   for (const auto& src : sources) {
     if (src.rows < 0 || src.cols <= 0 || src.cols % kMxBlock != 0) {
       return Error{"tensor '" + src.name + "' [" + std::to_string(src.rows) + ", " +
-                   std::to_string(src.cols) + "]: last dimension is not a multiple of the MXFP4 "
+                   std::to_string(src.cols) +
+                   "]: last dimension is not a multiple of the MXFP4 "
                    "block size 32"};
     }
     const auto blocks_per_row = src.cols / kMxBlock;

@@ -39,7 +39,8 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
     std::vector<float> y(static_cast<size_t>(options.batch * hidden));
     // One untimed call per set warms the page cache and the packed weights' TLB entries.
     for (int s = 0; s < kActivationSets; ++s) {
-      FP4MOE_RETURN_IF_ERROR(moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
+      FP4MOE_RETURN_IF_ERROR(
+          moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
     }
     LayerBench b;
     double bytes = 0;
@@ -47,7 +48,8 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
     double elapsed = 0;
     while (elapsed < options.min_seconds || b.calls < 8) {
       const int s = static_cast<int>(b.calls % kActivationSets);
-      FP4MOE_RETURN_IF_ERROR(moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
+      FP4MOE_RETURN_IF_ERROR(
+          moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
       bytes += static_cast<double>(moe->last_bytes_read());
       ++b.calls;
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -64,7 +64,9 @@ Result<std::vector<float>> read_floats(const CheckpointDir& dir, const Checkpoin
   const uint8_t* p = bytes->data();
   for (size_t i = 0; i < out.size(); ++i) {
     switch (t.info->dtype) {
-      case DType::F32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case DType::F32:
+        std::memcpy(&out[i], p + 4 * i, 4);
+        break;
       case DType::BF16: {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
@@ -78,8 +80,10 @@ Result<std::vector<float>> read_floats(const CheckpointDir& dir, const Checkpoin
         break;
       }
       default:
-        return Error{dir.path().string() + ": tensor '" + t.info->name + "': expected F32, BF16 or "
-                     "F16, found " + std::string(checkpoint::dtype_name(t.info->dtype))};
+        return Error{dir.path().string() + ": tensor '" + t.info->name +
+                     "': expected F32, BF16 or "
+                     "F16, found " +
+                     std::string(checkpoint::dtype_name(t.info->dtype))};
     }
   }
   return out;
@@ -89,7 +93,8 @@ Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& mo
   StoredMatrix m;
   m.module = module;
   m.weight = dir.find(module + ".weight");
-  if (m.weight == nullptr) return Error{dir.path().string() + ": no tensor '" + module + ".weight'"};
+  if (m.weight == nullptr)
+    return Error{dir.path().string() + ": no tensor '" + module + ".weight'"};
   const auto& w = *m.weight->info;
   const auto* scale = dir.find(module + ".scale");
   const auto* weight_scale = dir.find(module + ".weight_scale");
@@ -103,8 +108,9 @@ Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& mo
     m.scale = scale;
     m.n = w.shape[0];
     m.k = w.shape[1] * 2;
-  } else if (two_d && w.dtype == DType::U8 && weight_scale != nullptr && weight_scale_2 != nullptr &&
-             weight_scale->info->dtype == DType::F8_E4M3 && weight_scale_2->info->dtype == DType::F32 &&
+  } else if (two_d && w.dtype == DType::U8 && weight_scale != nullptr &&
+             weight_scale_2 != nullptr && weight_scale->info->dtype == DType::F8_E4M3 &&
+             weight_scale_2->info->dtype == DType::F32 &&
              weight_scale_2->info->element_count == 1) {
     m.scheme = "nvfp4";
     m.scale = weight_scale;
@@ -194,13 +200,15 @@ void expert_forward(const DenseExpert& e, const moe::ActivationConfig& act, cons
     double g = 0, u = 0;
     const float* gw = e.gate.data() + i * hidden;
     const float* uw = e.up.data() + i * hidden;
-    for (int64_t j = 0; j < hidden; ++j) g += static_cast<double>(gw[j]) * x[j], u += static_cast<double>(uw[j]) * x[j];
+    for (int64_t j = 0; j < hidden; ++j)
+      g += static_cast<double>(gw[j]) * x[j], u += static_cast<double>(uw[j]) * x[j];
     h[static_cast<size_t>(i)] = activation(act, g, u);
   }
   for (int64_t o = 0; o < hidden; ++o) {
     const float* dw = e.down.data() + o * e.inter;
     double acc = 0;
-    for (int64_t i = 0; i < e.inter; ++i) acc += static_cast<double>(dw[i]) * h[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < e.inter; ++i)
+      acc += static_cast<double>(dw[i]) * h[static_cast<size_t>(i)];
     y[o] += scale * acc;
   }
 }
@@ -209,7 +217,8 @@ void expert_forward(const DenseExpert& e, const moe::ActivationConfig& act, cons
 
 Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
   const nlohmann::json& config = dir.config();
-  if (!config.is_object()) return Error{dir.path().string() + ": no config.json: cannot tell the MoE semantics"};
+  if (!config.is_object())
+    return Error{dir.path().string() + ": no config.json: cannot tell the MoE semantics"};
   MoeModelInfo info;
   info.num_layers = json_value<int>(config, "num_hidden_layers", 0);
   const MoeNaming* naming = nullptr;
@@ -219,14 +228,17 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
     }
   }
   if (naming == nullptr) {
-    return Error{dir.path().string() + ": no routed-expert tensors in a naming this tool runs "
-                 "(DeepSeek-V4 'layers.L.ffn.experts.E.w1', DeepSeek-V3 'model.layers.L.mlp.experts.E.gate_proj')"};
+    return Error{dir.path().string() +
+                 ": no routed-expert tensors in a naming this tool runs "
+                 "(DeepSeek-V4 'layers.L.ffn.experts.E.w1', DeepSeek-V3 "
+                 "'model.layers.L.mlp.experts.E.gate_proj')"};
   }
   info.naming = *naming;
   auto& c = info.config;
   c.hidden = json_value<int64_t>(config, "hidden_size", 0);
   auto& r = c.router;
-  r.num_experts = json_value<int>(config, "n_routed_experts", json_value<int>(config, "num_experts", 0));
+  r.num_experts =
+      json_value<int>(config, "n_routed_experts", json_value<int>(config, "num_experts", 0));
   r.top_k = json_value<int>(config, "num_experts_per_tok", 0);
   const std::string scoring = json_value<std::string>(config, "scoring_func", "softmax");
   if (scoring == "sqrtsoftplus") {
@@ -240,15 +252,17 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
   }
   // DeepSeek-V4's official Gate renormalizes whenever the scores are not softmax
   // (MOE_SEMANTICS.md §1); the V3 family and Qwen key it on norm_topk_prob.
-  r.renormalize = naming->family == "deepseek_v4" ? r.scoring != moe::ScoringFunc::kSoftmax
-                                                  : json_value<bool>(config, "norm_topk_prob", false);
+  r.renormalize = naming->family == "deepseek_v4"
+                      ? r.scoring != moe::ScoringFunc::kSoftmax
+                      : json_value<bool>(config, "norm_topk_prob", false);
   r.routed_scaling_factor = json_value<float>(config, "routed_scaling_factor", 1.0f);
   r.n_group = json_value<int>(config, "n_group", 1);
   r.topk_group = json_value<int>(config, "topk_group", 1);
   const float limit = json_value<float>(config, "swiglu_limit", 0.0f);
   c.routed_activation = {moe::GatedActivation::kSwiGlu, limit, 1.702f};
   c.shared_activation = {moe::GatedActivation::kSwiGlu, limit, 1.702f};
-  if (naming->family == "deepseek_v4") info.num_hash_layers = json_value<int>(config, "num_hash_layers", 0);
+  if (naming->family == "deepseek_v4")
+    info.num_hash_layers = json_value<int>(config, "num_hash_layers", 0);
   for (int l = info.num_hash_layers; l < info.num_layers; ++l) {
     if (dir.find(expand(naming->expert_prefix, l, 0) + naming->gate + ".weight") != nullptr &&
         dir.find(expand(naming->router_weight, l)) != nullptr) {
@@ -256,7 +270,8 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
     }
   }
   if (c.hidden <= 0 || r.num_experts <= 0 || r.top_k <= 0 || r.top_k > r.num_experts) {
-    return Error{dir.path().string() + "/config.json: hidden_size, n_routed_experts and "
+    return Error{dir.path().string() +
+                 "/config.json: hidden_size, n_routed_experts and "
                  "num_experts_per_tok must be positive with top_k <= experts"};
   }
   return info;
@@ -270,7 +285,8 @@ Result<MoeCheckpointLayer> MoeCheckpointLayer::load(const CheckpointDir& dir,
   out.config_ = info.config;
   const MoeNaming& n = info.naming;
   const auto* router = dir.find(expand(n.router_weight, layer));
-  if (router == nullptr) return Error{dir.path().string() + ": no router '" + expand(n.router_weight, layer) + "'"};
+  if (router == nullptr)
+    return Error{dir.path().string() + ": no router '" + expand(n.router_weight, layer) + "'"};
   auto weight = read_floats(dir, *router);
   if (!weight.ok()) return weight.error();
   out.router_weight_ = std::move(*weight);
@@ -279,7 +295,8 @@ Result<MoeCheckpointLayer> MoeCheckpointLayer::load(const CheckpointDir& dir,
     if (!b.ok()) return b.error();
     out.router_bias_ = std::move(*b);
   }
-  auto load_expert = [&](const std::string& prefix, std::vector<std::array<StoredMatrix, 3>>& stored,
+  auto load_expert = [&](const std::string& prefix,
+                         std::vector<std::array<StoredMatrix, 3>>& stored,
                          std::vector<moe::ExpertWeights>& weights) -> Status {
     std::array<StoredMatrix, 3> matrices;
     const std::string* names[3] = {&n.gate, &n.up, &n.down};
@@ -301,10 +318,12 @@ Result<MoeCheckpointLayer> MoeCheckpointLayer::load(const CheckpointDir& dir,
     return Status::Ok();
   };
   for (int e = 0; e < info.config.router.num_experts; ++e) {
-    FP4MOE_RETURN_IF_ERROR(load_expert(expand(n.expert_prefix, layer, e), out.expert_matrices_, out.experts_));
+    FP4MOE_RETURN_IF_ERROR(
+        load_expert(expand(n.expert_prefix, layer, e), out.expert_matrices_, out.experts_));
   }
   if (dir.find(expand(n.shared_prefix, layer) + n.gate + ".weight") != nullptr) {
-    FP4MOE_RETURN_IF_ERROR(load_expert(expand(n.shared_prefix, layer), out.shared_matrices_, out.shared_));
+    FP4MOE_RETURN_IF_ERROR(
+        load_expert(expand(n.shared_prefix, layer), out.shared_matrices_, out.shared_));
   }
   return out;
 }
@@ -350,12 +369,14 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
   ReferenceOutput out;
   out.y.assign(static_cast<size_t>(tokens * hidden), 0.0);
   std::map<int, std::vector<std::pair<int64_t, double>>> by_expert;  // expert -> (token, weight)
-  std::vector<double> logits(static_cast<size_t>(experts)), scores(logits.size()), select(logits.size());
+  std::vector<double> logits(static_cast<size_t>(experts)), scores(logits.size()),
+      select(logits.size());
   for (int64_t t = 0; t < tokens; ++t) {
     const float* xt = x + t * hidden;
     for (int e = 0; e < experts; ++e) {
       double acc = 0;
-      for (int64_t h = 0; h < hidden; ++h) acc += static_cast<double>(router.weight[static_cast<size_t>(e * hidden + h)]) * xt[h];
+      for (int64_t h = 0; h < hidden; ++h)
+        acc += static_cast<double>(router.weight[static_cast<size_t>(e * hidden + h)]) * xt[h];
       logits[static_cast<size_t>(e)] = acc;
     }
     const double max_logit = *std::max_element(logits.begin(), logits.end());
@@ -364,37 +385,52 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
       const double l = logits[static_cast<size_t>(e)];
       double s = 0;
       switch (r.scoring) {
-        case moe::ScoringFunc::kSoftmax: s = std::exp(l - max_logit); sum += s; break;
-        case moe::ScoringFunc::kSigmoid: s = 1.0 / (1.0 + std::exp(-l)); break;
-        case moe::ScoringFunc::kSqrtSoftplus: s = std::sqrt(l > 20 ? l : std::log1p(std::exp(l))); break;
+        case moe::ScoringFunc::kSoftmax:
+          s = std::exp(l - max_logit);
+          sum += s;
+          break;
+        case moe::ScoringFunc::kSigmoid:
+          s = 1.0 / (1.0 + std::exp(-l));
+          break;
+        case moe::ScoringFunc::kSqrtSoftplus:
+          s = std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
+          break;
       }
       scores[static_cast<size_t>(e)] = s;
     }
-    if (r.scoring == moe::ScoringFunc::kSoftmax) for (double& s : scores) s /= sum;
+    if (r.scoring == moe::ScoringFunc::kSoftmax)
+      for (double& s : scores) s /= sum;
     for (int e = 0; e < experts; ++e) {
-      select[static_cast<size_t>(e)] = scores[static_cast<size_t>(e)] +
+      select[static_cast<size_t>(e)] =
+          scores[static_cast<size_t>(e)] +
           (router.correction_bias.empty() ? 0.0 : router.correction_bias[static_cast<size_t>(e)]);
     }
-    // Group-limited selection (DeepSeek-V3 n_group/topk_group): mask experts outside the best groups.
+    // Group-limited selection (DeepSeek-V3 n_group/topk_group): mask experts outside the best
+    // groups.
     if (r.n_group > 1) {
       const int per_group = experts / r.n_group;
       std::vector<std::pair<double, int>> group_scores;
       for (int g = 0; g < r.n_group; ++g) {
         std::vector<double> s(select.begin() + g * per_group, select.begin() + (g + 1) * per_group);
         std::sort(s.rbegin(), s.rend());
-        const double score = router.correction_bias.empty() ? s[0] : s[0] + (s.size() > 1 ? s[1] : 0.0);
+        const double score =
+            router.correction_bias.empty() ? s[0] : s[0] + (s.size() > 1 ? s[1] : 0.0);
         group_scores.push_back({score, g});
       }
-      std::stable_sort(group_scores.begin(), group_scores.end(), [](auto a, auto b) { return a.first > b.first; });
+      std::stable_sort(group_scores.begin(), group_scores.end(),
+                       [](auto a, auto b) { return a.first > b.first; });
       std::vector<bool> keep(static_cast<size_t>(r.n_group), false);
-      for (int i = 0; i < r.topk_group; ++i) keep[static_cast<size_t>(group_scores[static_cast<size_t>(i)].second)] = true;
+      for (int i = 0; i < r.topk_group; ++i)
+        keep[static_cast<size_t>(group_scores[static_cast<size_t>(i)].second)] = true;
       for (int e = 0; e < experts; ++e) {
         if (!keep[static_cast<size_t>(e / per_group)]) select[static_cast<size_t>(e)] = -INFINITY;
       }
     }
     std::vector<int> order(static_cast<size_t>(experts));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return select[static_cast<size_t>(a)] > select[static_cast<size_t>(b)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return select[static_cast<size_t>(a)] > select[static_cast<size_t>(b)];
+    });
     std::vector<int> ids(order.begin(), order.begin() + top_k);
     if (!kernel_ids.empty()) {
       std::vector<int> theirs(kernel_ids.begin() + t * top_k, kernel_ids.begin() + (t + 1) * top_k);
@@ -405,7 +441,8 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
         const double kth = select[static_cast<size_t>(ids.back())];
         bool tie = true;
         for (int e : theirs) {
-          tie = tie && select[static_cast<size_t>(e)] >= kth - kRoutingTieTolerance * std::max(1.0, std::fabs(kth));
+          tie = tie && select[static_cast<size_t>(e)] >=
+                           kth - kRoutingTieTolerance * std::max(1.0, std::fabs(kth));
         }
         if (tie) {
           ++out.routing_ties;
@@ -417,7 +454,8 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
     }
     std::vector<double> w(static_cast<size_t>(top_k));
     double wsum = 0;
-    for (int k = 0; k < top_k; ++k) wsum += w[static_cast<size_t>(k)] = scores[static_cast<size_t>(ids[static_cast<size_t>(k)])];
+    for (int k = 0; k < top_k; ++k)
+      wsum += w[static_cast<size_t>(k)] = scores[static_cast<size_t>(ids[static_cast<size_t>(k)])];
     for (int k = 0; k < top_k; ++k) {
       double wk = w[static_cast<size_t>(k)];
       if (r.renormalize) wk /= wsum;
@@ -429,14 +467,16 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
     auto dense = layer.dense_expert(expert);
     if (!dense.ok()) return dense.error();
     for (const auto& [t, weight] : uses) {
-      expert_forward(*dense, cfg.routed_activation, x + t * hidden, hidden, weight, out.y.data() + t * hidden);
+      expert_forward(*dense, cfg.routed_activation, x + t * hidden, hidden, weight,
+                     out.y.data() + t * hidden);
     }
   }
   for (int s = 0; s < layer.shared_count(); ++s) {
     auto dense = layer.dense_shared(s);
     if (!dense.ok()) return dense.error();
     for (int64_t t = 0; t < tokens; ++t) {
-      expert_forward(*dense, cfg.shared_activation, x + t * hidden, hidden, 1.0, out.y.data() + t * hidden);
+      expert_forward(*dense, cfg.shared_activation, x + t * hidden, hidden, 1.0,
+                     out.y.data() + t * hidden);
     }
   }
   return out;

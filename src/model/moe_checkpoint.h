@@ -6,11 +6,10 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "core/status.h"
@@ -31,10 +30,10 @@ struct MoeNaming {
 
 struct MoeModelInfo {
   MoeNaming naming;
-  moe::MoeConfig config;       // router, activations, hidden
+  moe::MoeConfig config;  // router, activations, hidden
   int num_layers = 0;
-  int num_hash_layers = 0;     // DeepSeek-V4 layers routed by token id (not verifiable here)
-  std::vector<int> moe_layers; // layers with routed experts and a score router
+  int num_hash_layers = 0;      // DeepSeek-V4 layers routed by token id (not verifiable here)
+  std::vector<int> moe_layers;  // layers with routed experts and a score router
 };
 
 // Reads config.json and the tensor names; an error when the checkpoint has no MoE layer this tool
@@ -43,8 +42,8 @@ Result<MoeModelInfo> read_moe_model(const checkpoint::CheckpointDir& dir);
 
 // One matrix as stored: which scheme, and its tensors.
 struct StoredMatrix {
-  std::string module;   // "layers.3.ffn.experts.7.w1"
-  std::string scheme;   // "mxfp4", "nvfp4", "fp8_block"
+  std::string module;  // "layers.3.ffn.experts.7.w1"
+  std::string scheme;  // "mxfp4", "nvfp4", "fp8_block"
   int64_t n = 0, k = 0;
   const checkpoint::CheckpointTensor* weight = nullptr;
   const checkpoint::CheckpointTensor* scale = nullptr;         // block scales
@@ -66,7 +65,7 @@ class MoeCheckpointLayer {
   moe::RouterWeights router() const { return {router_weight_, {}, router_bias_}; }
   const std::vector<moe::ExpertWeights>& experts() const { return experts_; }
   const std::vector<moe::ExpertWeights>& shared() const { return shared_; }
-  std::string expert_scheme() const;   // of the routed experts' gate matrices
+  std::string expert_scheme() const;  // of the routed experts' gate matrices
   std::string shared_scheme() const;
   size_t packed_bytes() const { return packed_bytes_; }
   size_t stored_bytes() const { return stored_bytes_; }  // checkpoint bytes of all matrices
@@ -93,9 +92,9 @@ class MoeCheckpointLayer {
 // different expert set for a token and the reference's scores show a tie (the two sets' scores
 // within `kRoutingTieTolerance`), the kernel path's set is used for that token and counted.
 struct ReferenceOutput {
-  std::vector<double> y;        // [tokens, hidden]
-  int routing_ties = 0;         // tokens whose selection differed within the tie tolerance
-  int routing_mismatches = 0;   // tokens whose selection differed beyond it (an error)
+  std::vector<double> y;       // [tokens, hidden]
+  int routing_ties = 0;        // tokens whose selection differed within the tie tolerance
+  int routing_mismatches = 0;  // tokens whose selection differed beyond it (an error)
 };
 Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const float* x,
                                           int64_t tokens, std::span<const int32_t> kernel_ids);

@@ -20,15 +20,18 @@ Result<std::vector<LayerVerification>> verify_checkpoint(const std::filesystem::
   std::vector<int> layers = options.layers.empty() ? info->moe_layers : options.layers;
   std::vector<LayerVerification> results;
   for (int layer : layers) {
-    if (std::find(info->moe_layers.begin(), info->moe_layers.end(), layer) == info->moe_layers.end()) {
-      return Error{path.string() + ": layer " + std::to_string(layer) + " is not a score-routed MoE "
+    if (std::find(info->moe_layers.begin(), info->moe_layers.end(), layer) ==
+        info->moe_layers.end()) {
+      return Error{path.string() + ": layer " + std::to_string(layer) +
+                   " is not a score-routed MoE "
                    "layer of this checkpoint (hash-routed layers need token ids)"};
     }
     auto loaded = MoeCheckpointLayer::load(*dir, *info, layer);
     if (!loaded.ok()) return loaded.error();
     auto moe = moe::MoeLayer::create(loaded->config(), loaded->router(), loaded->experts(),
                                      loaded->shared(), options.tokens, options.isa);
-    if (!moe.ok()) return Error{path.string() + ": layer " + std::to_string(layer) + ": " + moe.error().message};
+    if (!moe.ok())
+      return Error{path.string() + ": layer " + std::to_string(layer) + ": " + moe.error().message};
     const int64_t hidden = loaded->config().hidden;
     std::mt19937 gen(options.seed + static_cast<uint32_t>(layer));
     std::normal_distribution<float> dist(0.0f, 1.0f);  // post-RMSNorm activations are O(1)
@@ -37,7 +40,8 @@ Result<std::vector<LayerVerification>> verify_checkpoint(const std::filesystem::
     const auto start = std::chrono::steady_clock::now();
     FP4MOE_RETURN_IF_ERROR(moe->forward(x.data(), options.tokens, y.data(), ThreadPool::global()));
     LayerVerification v;
-    v.kernel_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    v.kernel_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     auto ref = reference_forward(*loaded, x.data(), options.tokens, moe->ids());
     if (!ref.ok()) return ref.error();
     double err2 = 0, ref2 = 0;
@@ -56,7 +60,8 @@ Result<std::vector<LayerVerification>> verify_checkpoint(const std::filesystem::
     v.rel_l2_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
     v.routing_ties = ref->routing_ties;
     v.routing_mismatches = ref->routing_mismatches;
-    v.ok = v.rel_l2_error <= kVerifyRelTolerance && v.routing_mismatches == 0 && std::isfinite(v.rel_l2_error);
+    v.ok = v.rel_l2_error <= kVerifyRelTolerance && v.routing_mismatches == 0 &&
+           std::isfinite(v.rel_l2_error);
     results.push_back(v);
   }
   return results;

@@ -1,11 +1,11 @@
 // Kernel routing per (scheme, target) and the batch-1 decode roofline of `fp4moe plan`.
 #include "plan/plan.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
-
-#include <fmt/core.h>
 
 #include "dispatch/cpu_features.h"
 #include "kernels/registry.h"
@@ -30,7 +30,11 @@ DeviceFigures device_figures(Target target) {
     case Target::kSm100:
       return {"B200", 8000, 2250, 4500, 9000, "NVIDIA HGX B200 specifications, per GPU, dense"};
     case Target::kSm120:
-      return {"RTX PRO 6000 Blackwell", 1792, 500, 1000, 2000,
+      return {"RTX PRO 6000 Blackwell",
+              1792,
+              500,
+              1000,
+              2000,
               "NVIDIA RTX PRO 6000 Blackwell datasheet (4 PFLOPS FP4 with sparsity; 1792 GB/s)"};
   }
   return {};
@@ -42,16 +46,26 @@ constexpr double kCudaCoresSlowdown = 7.0;
 
 double bytes_per_param(Scheme scheme) {
   switch (scheme) {
-    case Scheme::kNvfp4: return 0.5 + 1.0 / 16;          // nibble + UE4M3 per 16
-    case Scheme::kMxfp4: return 0.5 + 1.0 / 32;          // nibble + E8M0 per 32
-    case Scheme::kFp8Block: return 1.0 + 4.0 / 16384;    // byte + F32 per 128x128
-    case Scheme::kFp8Tensor: return 1.0;
-    case Scheme::kFp8Channel: return 1.0;
-    case Scheme::kMxfp8: return 1.0 + 1.0 / 32;
-    case Scheme::kInt4: return 0.5 + 2.0 / 128;
-    case Scheme::kBf16: return 2.0;
-    case Scheme::kAbsent: return 2.0;
-    case Scheme::kUnknown: return 2.0;
+    case Scheme::kNvfp4:
+      return 0.5 + 1.0 / 16;  // nibble + UE4M3 per 16
+    case Scheme::kMxfp4:
+      return 0.5 + 1.0 / 32;  // nibble + E8M0 per 32
+    case Scheme::kFp8Block:
+      return 1.0 + 4.0 / 16384;  // byte + F32 per 128x128
+    case Scheme::kFp8Tensor:
+      return 1.0;
+    case Scheme::kFp8Channel:
+      return 1.0;
+    case Scheme::kMxfp8:
+      return 1.0 + 1.0 / 32;
+    case Scheme::kInt4:
+      return 0.5 + 2.0 / 128;
+    case Scheme::kBf16:
+      return 2.0;
+    case Scheme::kAbsent:
+      return 2.0;
+    case Scheme::kUnknown:
+      return 2.0;
   }
   return 2.0;
 }
@@ -73,7 +87,8 @@ Route route_gpu(Scheme scheme, Target target) {
   switch (scheme) {
     case Scheme::kNvfp4:
       if (target == Target::kSm100) {
-        return {HardwarePath::kNativeFp4TensorCores, "NVFP4 grouped GEMM (tcgen05.mma kind::mxf4nvf4)", ""};
+        return {HardwarePath::kNativeFp4TensorCores,
+                "NVFP4 grouped GEMM (tcgen05.mma kind::mxf4nvf4)", ""};
       }
       if (target == Target::kSm120) {
         return {HardwarePath::kNativeFp4TensorCores,
@@ -83,7 +98,8 @@ Route route_gpu(Scheme scheme, Target target) {
               "no FP4 tensor cores: NVFP4 is dequantized to BF16 in registers"};
     case Scheme::kMxfp4:
       if (target == Target::kSm100) {
-        return {HardwarePath::kNativeFp4TensorCores, "MXFP4 grouped GEMM (tcgen05.mma kind::mxf4)", ""};
+        return {HardwarePath::kNativeFp4TensorCores, "MXFP4 grouped GEMM (tcgen05.mma kind::mxf4)",
+                ""};
       }
       if (target == Target::kSm120) {
         return {HardwarePath::kCudaCoresOnly, "per-(token, expert) MXFP4 dequant + GEMV",
@@ -95,7 +111,8 @@ Route route_gpu(Scheme scheme, Target target) {
     case Scheme::kFp8Block:
     case Scheme::kFp8Tensor:
     case Scheme::kFp8Channel:
-      if (fp8_cores) return {HardwarePath::kFp8TensorCores, "FP8 scaled GEMM (DeepGEMM / CUTLASS)", ""};
+      if (fp8_cores)
+        return {HardwarePath::kFp8TensorCores, "FP8 scaled GEMM (DeepGEMM / CUTLASS)", ""};
       return {HardwarePath::kW8A16TensorCores, "Marlin-class W8A16 FP8 GEMM",
               "sm_80 has no FP8 tensor cores: FP8 is dequantized to BF16"};
     case Scheme::kMxfp8:
@@ -119,7 +136,8 @@ Route route_cpu(Scheme scheme, Role role) {
   if (scheme == Scheme::kMxfp4) format = kernels::WeightFormat::kMxfp4;
   if (scheme == Scheme::kFp8Block) format = kernels::WeightFormat::kFp8Block128;
   if (!is_moe_role(role)) {
-    return {HardwarePath::kNotRunHere, "-", "fp4moe runs the MoE layer on the CPU, not this module"};
+    return {HardwarePath::kNotRunHere, "-",
+            "fp4moe runs the MoE layer on the CPU, not this module"};
   }
   if (!format) {
     return {HardwarePath::kNoKernel, "none",
@@ -138,21 +156,26 @@ Route route_cpu(Scheme scheme, Role role) {
 
 double tflops_of(const DeviceFigures& d, HardwarePath path) {
   switch (path) {
-    case HardwarePath::kNativeFp4TensorCores: return d.fp4_tflops;
-    case HardwarePath::kFp8TensorCores: return d.fp8_tflops;
+    case HardwarePath::kNativeFp4TensorCores:
+      return d.fp4_tflops;
+    case HardwarePath::kFp8TensorCores:
+      return d.fp8_tflops;
     case HardwarePath::kW4A16TensorCores:
     case HardwarePath::kW8A16TensorCores:
     case HardwarePath::kBf16TensorCores:
-    case HardwarePath::kCudaCoresOnly: return d.bf16_tflops;
+    case HardwarePath::kCudaCoresOnly:
+      return d.bf16_tflops;
     case HardwarePath::kCpuSimd:
     case HardwarePath::kNotRunHere:
-    case HardwarePath::kNoKernel: return 0;
+    case HardwarePath::kNoKernel:
+      return 0;
   }
   return 0;
 }
 
 int64_t config_int(const nlohmann::json& config, std::initializer_list<const char*> keys) {
-  for (const nlohmann::json* c : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
+  for (const nlohmann::json* c :
+       {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
     if (c == nullptr || !c->is_object()) continue;
     for (const char* key : keys) {
       if (c->contains(key) && (*c)[key].is_number_integer()) return (*c)[key].get<int64_t>();
@@ -166,12 +189,23 @@ std::string html_escape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -181,12 +215,18 @@ std::string html_escape(std::string_view text) {
 
 std::string_view target_name(Target target) {
   switch (target) {
-    case Target::kCpu: return "cpu";
-    case Target::kSm80: return "sm_80";
-    case Target::kSm89: return "sm_89";
-    case Target::kSm90: return "sm_90";
-    case Target::kSm100: return "sm_100";
-    case Target::kSm120: return "sm_120";
+    case Target::kCpu:
+      return "cpu";
+    case Target::kSm80:
+      return "sm_80";
+    case Target::kSm89:
+      return "sm_89";
+    case Target::kSm90:
+      return "sm_90";
+    case Target::kSm100:
+      return "sm_100";
+    case Target::kSm120:
+      return "sm_120";
   }
   return "?";
 }
@@ -195,21 +235,32 @@ Result<Target> parse_target(std::string_view name) {
   for (Target t : kAllTargets) {
     if (target_name(t) == name) return t;
   }
-  return Error{fmt::format("unknown target '{}': expected one of cpu, sm_80, sm_89, sm_90, sm_100, "
-                           "sm_120", name)};
+  return Error{
+      fmt::format("unknown target '{}': expected one of cpu, sm_80, sm_89, sm_90, sm_100, "
+                  "sm_120",
+                  name)};
 }
 
 std::string_view path_name(HardwarePath path) {
   switch (path) {
-    case HardwarePath::kNativeFp4TensorCores: return "native FP4 tensor cores";
-    case HardwarePath::kW4A16TensorCores: return "W4A16 tensor cores (Marlin-class)";
-    case HardwarePath::kFp8TensorCores: return "FP8 tensor cores";
-    case HardwarePath::kW8A16TensorCores: return "W8A16 tensor cores";
-    case HardwarePath::kBf16TensorCores: return "BF16 tensor cores";
-    case HardwarePath::kCudaCoresOnly: return "CUDA cores only";
-    case HardwarePath::kCpuSimd: return "CPU SIMD";
-    case HardwarePath::kNotRunHere: return "not run here";
-    case HardwarePath::kNoKernel: return "NO KERNEL";
+    case HardwarePath::kNativeFp4TensorCores:
+      return "native FP4 tensor cores";
+    case HardwarePath::kW4A16TensorCores:
+      return "W4A16 tensor cores (Marlin-class)";
+    case HardwarePath::kFp8TensorCores:
+      return "FP8 tensor cores";
+    case HardwarePath::kW8A16TensorCores:
+      return "W8A16 tensor cores";
+    case HardwarePath::kBf16TensorCores:
+      return "BF16 tensor cores";
+    case HardwarePath::kCudaCoresOnly:
+      return "CUDA cores only";
+    case HardwarePath::kCpuSimd:
+      return "CPU SIMD";
+    case HardwarePath::kNotRunHere:
+      return "not run here";
+    case HardwarePath::kNoKernel:
+      return "NO KERNEL";
   }
   return "?";
 }
@@ -226,8 +277,8 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
   plan.device = device_figures(target);
   if (target == Target::kCpu) plan.device.memory_gbps = options.cpu_bandwidth_gbps;
   const int64_t top_k = config_int(config, {"num_experts_per_tok", "moe_topk", "top_k"});
-  const int64_t experts =
-      config_int(config, {"n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"});
+  const int64_t experts = config_int(
+      config, {"n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"});
   const int64_t vocab = config_int(config, {"vocab_size"});
   for (const auto& group : manifest.modules) {
     if (group.role == Role::kOther || group.spec.scheme == Scheme::kAbsent) continue;
@@ -236,7 +287,8 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     Route route = target == Target::kCpu ? route_cpu(group.spec.scheme, group.role)
                                          : route_gpu(group.spec.scheme, target);
     if (group.role == Role::kEmbedding) {
-      route = {HardwarePath::kNotRunHere, "row gather", "an embedding is a table lookup, not a GEMM"};
+      route = {HardwarePath::kNotRunHere, "row gather",
+               "an embedding is a table lookup, not a GEMM"};
     }
     m.path = route.path;
     m.kernel = route.kernel;
@@ -248,7 +300,8 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
         experts > 0) {
       fraction = static_cast<double>(top_k) / static_cast<double>(experts);
     }
-    if (group.role == Role::kEmbedding) fraction = vocab > 0 ? 1.0 / static_cast<double>(vocab) : 0.0;
+    if (group.role == Role::kEmbedding)
+      fraction = vocab > 0 ? 1.0 / static_cast<double>(vocab) : 0.0;
     m.bytes_per_token = static_cast<double>(group.bytes) * fraction;
     const double flops = 2.0 * m.bytes_per_token / bytes_per_param(group.spec.scheme);
     const double bandwidth = plan.device.memory_gbps * 1e9;
@@ -263,14 +316,16 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
                                          detect::to_string(group.spec.scheme));
     switch (m.path) {
       case HardwarePath::kNoKernel:
-        plan.findings.push_back({detect::Severity::kError, "no_kernel",
-                                 fmt::format("{}: no kernel on {}: {}", what, target_name(target), m.note)});
+        plan.findings.push_back(
+            {detect::Severity::kError, "no_kernel",
+             fmt::format("{}: no kernel on {}: {}", what, target_name(target), m.note)});
         break;
       case HardwarePath::kCudaCoresOnly:
-        plan.findings.push_back({detect::Severity::kWarning, "slow_path",
-                                 fmt::format("{}: runs on CUDA cores only on {} (~{:.0f}x slower than "
-                                             "a tensor-core kernel): {}", what, target_name(target),
-                                             kCudaCoresSlowdown, m.note)});
+        plan.findings.push_back(
+            {detect::Severity::kWarning, "slow_path",
+             fmt::format("{}: runs on CUDA cores only on {} (~{:.0f}x slower than "
+                         "a tensor-core kernel): {}",
+                         what, target_name(target), kCudaCoresSlowdown, m.note)});
         break;
       case HardwarePath::kW4A16TensorCores:
       case HardwarePath::kW8A16TensorCores:
@@ -313,7 +368,8 @@ nlohmann::json to_json(const Plan& plan) {
   }
   nlohmann::json findings = nlohmann::json::array();
   for (const auto& f : plan.findings) {
-    findings.push_back({{"severity", detect::to_string(f.severity)}, {"code", f.code}, {"message", f.message}});
+    findings.push_back(
+        {{"severity", detect::to_string(f.severity)}, {"code", f.code}, {"message", f.message}});
   }
   return {{"target", target_name(plan.target)},
           {"device",
@@ -345,10 +401,10 @@ std::string to_table(const Plan& plan) {
                        detect::to_string(m.group.spec.scheme), path_name(m.path),
                        m.bytes_per_token / 1e6, m.time_us, m.kernel);
   }
-  out += fmt::format("decode at batch 1 (MTP excluded): {:.1f} MB read per token, roofline {:.1f} us "
-                     "per token ({:.0f} tokens/s)\n",
-                     plan.bytes_per_token / 1e6, plan.time_us,
-                     plan.time_us > 0 ? 1e6 / plan.time_us : 0.0);
+  out += fmt::format(
+      "decode at batch 1 (MTP excluded): {:.1f} MB read per token, roofline {:.1f} us "
+      "per token ({:.0f} tokens/s)\n",
+      plan.bytes_per_token / 1e6, plan.time_us, plan.time_us > 0 ? 1e6 / plan.time_us : 0.0);
   for (const auto& f : plan.findings) {
     out += fmt::format("{}: [{}] {}\n", detect::to_string(f.severity), f.code, f.message);
   }
@@ -366,11 +422,17 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
     }
   }
   if (max_b <= 0) min_b = 1, max_b = 10, min_t = 1, max_t = 10;
-  const double lb0 = std::floor(std::log10(min_b)), lb1 = std::ceil(std::log10(max_b)) + (min_b == max_b);
-  const double lt0 = std::floor(std::log10(min_t)), lt1 = std::ceil(std::log10(max_t)) + (min_t == max_t);
+  const double lb0 = std::floor(std::log10(min_b)),
+               lb1 = std::ceil(std::log10(max_b)) + (min_b == max_b);
+  const double lt0 = std::floor(std::log10(min_t)),
+               lt1 = std::ceil(std::log10(max_t)) + (min_t == max_t);
   const int w = 760, h = 460, left = 70, bottom = 50, top = 20, right = 200;
-  auto x_of = [&](double b) { return left + (std::log10(b) - lb0) / (lb1 - lb0) * (w - left - right); };
-  auto y_of = [&](double t) { return h - bottom - (std::log10(t) - lt0) / (lt1 - lt0) * (h - top - bottom); };
+  auto x_of = [&](double b) {
+    return left + (std::log10(b) - lb0) / (lb1 - lb0) * (w - left - right);
+  };
+  auto y_of = [&](double t) {
+    return h - bottom - (std::log10(t) - lt0) / (lt1 - lt0) * (h - top - bottom);
+  };
   static const char* kColors[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"};
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
@@ -388,7 +450,8 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
   svg << "<text x='" << (left + (w - left - right) / 2) << "' y='" << (h - 10)
       << "' text-anchor='middle'>weight bytes read per token</text>\n";
   svg << "<text x='16' y='" << (top + (h - top - bottom) / 2) << "' transform='rotate(-90 16 "
-      << (top + (h - top - bottom) / 2) << ")' text-anchor='middle'>estimated us per token</text>\n";
+      << (top + (h - top - bottom) / 2)
+      << ")' text-anchor='middle'>estimated us per token</text>\n";
   for (size_t i = 0; i < plans.size(); ++i) {
     const char* color = kColors[i % 6];
     svg << "<text x='" << (w - right + 16) << "' y='" << (top + 16 + 18 * static_cast<int>(i))
@@ -398,10 +461,11 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
       if (m.bytes_per_token <= 0 || m.time_us <= 0) continue;
       const bool slow = m.path == HardwarePath::kCudaCoresOnly;
       svg << "<circle cx='" << x_of(m.bytes_per_token) << "' cy='" << y_of(m.time_us) << "' r='"
-          << (slow ? 7 : 5) << "' fill='" << color << "'" << (slow ? " stroke='red' stroke-width='2'" : "")
-          << "><title>" << target_name(plans[i].target) << " " << html_escape(m.group.name) << ": "
-          << path_name(m.path) << ", " << fmt::format("{:.3f}", m.bytes_per_token / 1e6)
-          << " MB, " << fmt::format("{:.2f}", m.time_us) << " us</title></circle>\n";
+          << (slow ? 7 : 5) << "' fill='" << color << "'"
+          << (slow ? " stroke='red' stroke-width='2'" : "") << "><title>"
+          << target_name(plans[i].target) << " " << html_escape(m.group.name) << ": "
+          << path_name(m.path) << ", " << fmt::format("{:.3f}", m.bytes_per_token / 1e6) << " MB, "
+          << fmt::format("{:.2f}", m.time_us) << " us</title></circle>\n";
     }
   }
   svg << "</svg>\n";
@@ -410,19 +474,21 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
        << "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}.slow{color:#c00}</style>"
           "</head><body>\n<h1>"
-       << html_escape(title) << "</h1>\n<p>Each point is one module group on one target: weight bytes read per "
-                   "decoded token (batch 1) against the roofline time estimate. Circled in red: "
-                   "CUDA-cores-only paths.</p>\n"
-       << svg.str() << "<table><tr><th>target</th><th>role</th><th>modules</th><th>scheme</th>"
-                       "<th>hardware path</th><th>MB/token</th><th>us/token</th><th>kernel</th></tr>\n";
+       << html_escape(title)
+       << "</h1>\n<p>Each point is one module group on one target: weight bytes read per "
+          "decoded token (batch 1) against the roofline time estimate. Circled in red: "
+          "CUDA-cores-only paths.</p>\n"
+       << svg.str()
+       << "<table><tr><th>target</th><th>role</th><th>modules</th><th>scheme</th>"
+          "<th>hardware path</th><th>MB/token</th><th>us/token</th><th>kernel</th></tr>\n";
   for (const auto& p : plans) {
     for (const auto& m : p.modules) {
       html << "<tr" << (m.path == HardwarePath::kCudaCoresOnly ? " class='slow'" : "") << "><td>"
            << target_name(p.target) << "</td><td>" << detect::to_string(m.group.role) << "</td><td>"
            << html_escape(m.group.name) << "</td><td>" << detect::to_string(m.group.spec.scheme)
-           << "</td><td>"
-           << path_name(m.path) << "</td><td>" << fmt::format("{:.3f}", m.bytes_per_token / 1e6)
-           << "</td><td>" << fmt::format("{:.2f}", m.time_us) << "</td><td>" << html_escape(m.kernel)
+           << "</td><td>" << path_name(m.path) << "</td><td>"
+           << fmt::format("{:.3f}", m.bytes_per_token / 1e6) << "</td><td>"
+           << fmt::format("{:.2f}", m.time_us) << "</td><td>" << html_escape(m.kernel)
            << "</td></tr>\n";
     }
   }

@@ -2,11 +2,10 @@
 // that kernel uses, and a decode-time (batch 1) roofline estimate per token.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "detect/manifest.h"
@@ -26,10 +25,10 @@ enum class HardwarePath {
   kFp8TensorCores,        // FP8 MMA with block/tensor scales
   kW8A16TensorCores,      // FP8 dequantized in registers, BF16 MMA (pre-Hopper Marlin FP8)
   kBf16TensorCores,
-  kCudaCoresOnly,         // per-(token, expert) dequantize + GEMV: the slow path
-  kCpuSimd,               // fp4moe's CPU kernels
-  kNotRunHere,            // outside what fp4moe runs on this target (CPU: non-MoE modules)
-  kNoKernel,              // an error: nothing can run this scheme here
+  kCudaCoresOnly,  // per-(token, expert) dequantize + GEMV: the slow path
+  kCpuSimd,        // fp4moe's CPU kernels
+  kNotRunHere,     // outside what fp4moe runs on this target (CPU: non-MoE modules)
+  kNoKernel,       // an error: nothing can run this scheme here
 };
 std::string_view path_name(HardwarePath path);
 

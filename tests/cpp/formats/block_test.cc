@@ -52,7 +52,8 @@ TEST(Nvfp4, NaNNamesPositionAndWritesNothing) {
   std::vector<uint8_t> packed(32, 0xAB), scales(4, 0xCD);
   const Status s = quantize_nvfp4("w", x, 2, 32, 1.0f, packed, scales);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("NaN at element [1, 5]"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("NaN at element [1, 5]"), std::string::npos)
+      << s.error().message;
   for (uint8_t b : packed) EXPECT_EQ(b, 0xAB);
   for (uint8_t b : scales) EXPECT_EQ(b, 0xCD);
 }

@@ -12,7 +12,9 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
 
 TEST(E2M1, TableMatchesFormatsSheet) {
   // FORMATS.md §1: codes 0..7 = +{0, 0.5, 1, 1.5, 2, 3, 4, 6}; 8..15 the same negated.
@@ -32,13 +34,13 @@ TEST(E2M1, EveryCodeRoundTrips) {
 }
 
 TEST(E2M1, TiesToEvenAndSaturation) {
-  EXPECT_EQ(encode_e2m1(0.25f), 0x0);   // 0 | 0.5: even is 0
-  EXPECT_EQ(encode_e2m1(0.75f), 0x2);   // 0.5 | 1: even is 1.0 (code 2)
-  EXPECT_EQ(encode_e2m1(1.25f), 0x2);   // 1 | 1.5
-  EXPECT_EQ(encode_e2m1(1.75f), 0x4);   // 1.5 | 2
-  EXPECT_EQ(encode_e2m1(2.5f), 0x4);    // 2 | 3
-  EXPECT_EQ(encode_e2m1(3.5f), 0x6);    // 3 | 4
-  EXPECT_EQ(encode_e2m1(5.0f), 0x6);    // 4 | 6
+  EXPECT_EQ(encode_e2m1(0.25f), 0x0);  // 0 | 0.5: even is 0
+  EXPECT_EQ(encode_e2m1(0.75f), 0x2);  // 0.5 | 1: even is 1.0 (code 2)
+  EXPECT_EQ(encode_e2m1(1.25f), 0x2);  // 1 | 1.5
+  EXPECT_EQ(encode_e2m1(1.75f), 0x4);  // 1.5 | 2
+  EXPECT_EQ(encode_e2m1(2.5f), 0x4);   // 2 | 3
+  EXPECT_EQ(encode_e2m1(3.5f), 0x6);   // 3 | 4
+  EXPECT_EQ(encode_e2m1(5.0f), 0x6);   // 4 | 6
   EXPECT_EQ(encode_e2m1(5.0001f), 0x7);
   EXPECT_EQ(encode_e2m1(1e30f), 0x7);
   EXPECT_EQ(encode_e2m1(kInf), 0x7);
@@ -103,11 +105,11 @@ TEST(E8M0, EveryByte) {
   }
   EXPECT_TRUE(std::isnan(decode_e8m0(0xFF)));
   EXPECT_EQ(encode_e8m0(kNaN), 0xFF);
-  EXPECT_EQ(encode_e8m0(1.5f), 128);      // tie rounds up
+  EXPECT_EQ(encode_e8m0(1.5f), 128);  // tie rounds up
   EXPECT_EQ(encode_e8m0(1.4999f), 127);
-  EXPECT_EQ(encode_e8m0(0.0f), 0x00);     // saturate low
+  EXPECT_EQ(encode_e8m0(0.0f), 0x00);  // saturate low
   EXPECT_EQ(encode_e8m0(-4.0f), 0x00);
-  EXPECT_EQ(encode_e8m0(kInf), 0xFE);     // saturate high
+  EXPECT_EQ(encode_e8m0(kInf), 0xFE);  // saturate high
 }
 
 TEST(BF16, EveryPatternRoundTripsAndRoundsToNearestEven) {
