@@ -1,0 +1,123 @@
+// `fp4moe bench`: kernel and MoE-layer benchmarks that report ratios measured in the same run
+// (GB/s against this machine's DRAM read bandwidth, time against the bytes/bandwidth bound).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "cli/command.h"
+#include "core/thread_pool.h"
+#include "dispatch/cpu_features.h"
+#include "dispatch/measure.h"
+#include "kernels/types.h"
+#include "moe/bench_moe.h"
+
+namespace fp4moe::cli {
+namespace {
+
+struct BenchOptions {
+  bool gemv = false;
+  bool moe = false;
+  std::string format = "nvfp4";
+  int64_t m = 1, k = 4096, n = 14336;
+  std::string isa;
+  bool json = false;
+  double min_gib = 1.0;
+  double seconds = 2.0;
+  int64_t batch = 1;
+};
+
+std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
+  for (kernels::WeightFormat f : kernels::kAllWeightFormats) {
+    if (kernels::weight_format_name(f) == s) return f;
+  }
+  return std::nullopt;
+}
+
+int run_bench(const BenchOptions& o) {
+  if (o.gemv == o.moe) {
+    std::fprintf(stderr, "fp4moe bench: choose exactly one of --gemv and --moe\n");
+    return 2;
+  }
+  const auto format = parse_format(o.format);
+  if (!format) {
+    std::fprintf(stderr, "fp4moe bench: unknown --format '%s' (nvfp4, mxfp4, fp8_block)\n",
+                 o.format.c_str());
+    return 2;
+  }
+  std::optional<kernels::Isa> isa;
+  if (!o.isa.empty()) {
+    auto parsed = dispatch::parse_isa(o.isa);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "fp4moe bench: %s\n", parsed.error().message.c_str());
+      return 2;
+    }
+    isa = *parsed;
+  }
+  const size_t min_bytes = static_cast<size_t>(o.min_gib * double(size_t{1} << 30));
+  ThreadPool& pool = ThreadPool::global();
+  nlohmann::ordered_json j;
+  if (o.gemv) {
+    auto r = dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool);
+    if (!r.ok()) {
+      std::fprintf(stderr, "fp4moe bench: %s\n", r.error().message.c_str());
+      return 1;
+    }
+    j = {{"format", r->format},       {"isa", r->isa},
+         {"kernel", r->kernel},       {"m", r->m},
+         {"k", r->k},                 {"n", r->n},
+         {"weight_bytes", r->weight_bytes},
+         {"copies", r->copies},       {"threads", r->threads},
+         {"us", r->us},               {"gbps", r->gbps},
+         {"bandwidth_gbps", r->bandwidth_gbps},
+         {"bandwidth_ratio", r->bandwidth_ratio},
+         {"gflops", r->gflops},       {"pack_s_per_gb", r->pack_s_per_gb}};
+    if (!o.json) {
+      std::printf(
+          "%s %s m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the %.2f GB/s "
+          "measured DRAM read bandwidth, %.1f GFLOP/s (%d copies of %zu bytes, %d threads; "
+          "pack %.2f s/GB)\n",
+          r->kernel.c_str(), r->format.c_str(), static_cast<long long>(r->m),
+          static_cast<long long>(r->k), static_cast<long long>(r->n), r->us, r->gbps,
+          r->bandwidth_ratio, r->bandwidth_gbps, r->gflops, r->copies, r->weight_bytes,
+          r->threads, r->pack_s_per_gb);
+      return 0;
+    }
+  } else {
+    auto r = moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool);
+    if (!r.ok()) {
+      std::fprintf(stderr, "fp4moe bench: %s\n", r.error().message.c_str());
+      return 1;
+    }
+    j = r->to_json();
+    if (!o.json) {
+      std::printf("%s\n", r->summary().c_str());
+      return 0;
+    }
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+const CommandRegistrar registrar{Command{
+    "bench", "Benchmark the CPU kernels and the MoE layer against measured DRAM bandwidth",
+    [](CLI::App& app) -> std::function<int()> {
+      auto o = std::make_shared<BenchOptions>();
+      app.add_flag("--gemv", o->gemv, "One GEMM/GEMV Y = X . W^T over >= 1 GiB of weights");
+      app.add_flag("--moe", o->moe,
+                   "One DeepSeek-V4-Flash MoE layer (256 experts, top-6, 1 shared, 4096 -> 2048)");
+      app.add_option("--format", o->format, "nvfp4 | mxfp4 | fp8_block")->capture_default_str();
+      app.add_option("--m", o->m, "tokens (rows of X)")->capture_default_str();
+      app.add_option("--k", o->k, "input features")->capture_default_str();
+      app.add_option("--n", o->n, "output features")->capture_default_str();
+      app.add_option("--batch", o->batch, "tokens per MoE layer call")->capture_default_str();
+      app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512");
+      app.add_option("--min-gib", o->min_gib, "weight set streamed, GiB")->capture_default_str();
+      app.add_option("--seconds", o->seconds, "minimum timed seconds")->capture_default_str();
+      app.add_flag("--json", o->json, "print one JSON object");
+      return [o] { return run_bench(*o); };
+    },
+    90}};
+
+}  // namespace
+}  // namespace fp4moe::cli

@@ -1,0 +1,114 @@
+// Host feature detection from cpuid and XCR0 (see cpu_features.h).
+#include "dispatch/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+namespace fp4moe::dispatch {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  // xgetbv is only legal when cpuid says OSXSAVE; the caller checks.
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (uint64_t{edx} << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c & bit_OSXSAVE) != 0;
+  f.fma = (c & bit_FMA) != 0;
+  f.f16c = (c & bit_F16C) != 0;
+  if (osxsave) {
+    const uint64_t xcr0 = read_xcr0();
+    f.os_ymm = (xcr0 & 0x6) == 0x6;       // SSE and AVX state
+    f.os_zmm = (xcr0 & 0xE6) == 0xE6;     // plus opmask, ZMM_Hi256, Hi16_ZMM
+  }
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = (b & bit_AVX2) != 0;
+    f.avx512f = (b & bit_AVX512F) != 0;
+    f.avx512bw = (b & bit_AVX512BW) != 0;
+    f.avx512vl = (b & bit_AVX512VL) != 0;
+    f.avx512dq = (b & bit_AVX512DQ) != 0;
+  }
+  return f;
+}
+
+std::atomic<int> g_forced{-1};  // test hook; -1 = not set
+
+}  // namespace
+
+std::string CpuFeatures::summary() const {
+  std::string s;
+  auto add = [&s](bool has, const char* name) {
+    if (has) s += std::string(s.empty() ? "" : " ") + name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
+  s += os_zmm ? "; OS saves zmm" : (os_ymm ? "; OS saves ymm only" : "; OS saves no AVX state");
+  return s.empty() ? "no SIMD beyond SSE2" : s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+bool host_supports(kernels::Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case kernels::Isa::kScalar:
+      return true;
+    case kernels::Isa::kAvx2:
+      return f.avx2 && f.fma && f.f16c && f.os_ymm;
+    case kernels::Isa::kAvx512:
+      return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c && f.os_zmm;
+  }
+  return false;
+}
+
+std::vector<kernels::Isa> host_isas() {
+  std::vector<kernels::Isa> out;
+  for (kernels::Isa isa : kernels::kAllIsas) {
+    if (host_supports(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+kernels::Isa best_host_isa() { return host_isas().back(); }
+
+Result<kernels::Isa> parse_isa(std::string_view name) {
+  for (kernels::Isa isa : kernels::kAllIsas) {
+    if (kernels::isa_name(isa) == name) return isa;
+  }
+  return Error{"unknown ISA '" + std::string(name) + "' (expected scalar, avx2 or avx512)"};
+}
+
+std::optional<kernels::Isa> forced_isa() {
+  const int hook = g_forced.load(std::memory_order_acquire);
+  if (hook >= 0) return static_cast<kernels::Isa>(hook);
+  static const std::optional<kernels::Isa> from_env = []() -> std::optional<kernels::Isa> {
+    const char* env = std::getenv("FP4MOE_ISA");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    auto isa = parse_isa(env);
+    if (!isa.ok()) return std::nullopt;  // LinearPlan::create reports the bad value
+    return *isa;
+  }();
+  return from_env;
+}
+
+void set_forced_isa(std::optional<kernels::Isa> isa) {
+  g_forced.store(isa ? static_cast<int>(*isa) : -1, std::memory_order_release);
+}
+
+}  // namespace fp4moe::dispatch

@@ -1,0 +1,34 @@
+// What the host CPU and OS support (cpuid + XCR0), and which kernel ISA to use: the best one the
+// host has, unless FP4MOE_ISA or the test hook forces one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/types.h"
+
+namespace fp4moe::dispatch {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool os_ymm = false;  // XCR0 has SSE+AVX state: the OS saves ymm registers
+  bool os_zmm = false;  // XCR0 also has opmask + zmm state
+  std::string summary() const;  // e.g. "avx2 fma f16c; no avx512f (cpuid)"
+};
+const CpuFeatures& cpu_features();
+
+bool host_supports(kernels::Isa isa);
+std::vector<kernels::Isa> host_isas();  // scalar first, best last
+kernels::Isa best_host_isa();
+
+Result<kernels::Isa> parse_isa(std::string_view name);
+// The ISA forced by the test hook, else by FP4MOE_ISA (read once), else none.
+std::optional<kernels::Isa> forced_isa();
+// Test hook: force an ISA for plans created afterwards (nullopt: back to FP4MOE_ISA / best).
+void set_forced_isa(std::optional<kernels::Isa> isa);
+
+}  // namespace fp4moe::dispatch

@@ -1,0 +1,39 @@
+// Same-run measurements for benchmarks: the DRAM read bandwidth of this machine with the pool's
+// threads, and a GEMM benchmark over a weight set too large for the caches, reported as ratios.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/types.h"
+
+namespace fp4moe::dispatch {
+
+// Best of `repeats` streaming reads of a `bytes` buffer (>= 1 GiB for a DRAM figure), all
+// threads of `pool` reading disjoint slices, in GB/s (1e9 bytes per second).
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats = 3);
+
+struct GemmBenchResult {
+  std::string format, isa, kernel;
+  int64_t m = 0, k = 0, n = 0;
+  size_t weight_bytes = 0;   // one matrix, codes + scales
+  int copies = 0;            // matrices streamed in turn (copies * weight_bytes >= min_bytes)
+  double us = 0;             // mean microseconds per product
+  double gbps = 0;           // weight bytes per second
+  double bandwidth_gbps = 0; // DRAM read bandwidth measured in the same run
+  double bandwidth_ratio = 0;
+  double gflops = 0;
+  double pack_s_per_gb = 0;  // load-time repack cost (checkpoint layout -> kernel layout)
+  int threads = 0;
+};
+
+// Packs `copies` matrices of random codes and valid scales, measures the read bandwidth, then
+// runs Y = X . W^T over the copies in turn for at least `min_seconds`.
+Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
+                                   int64_t m, int64_t k, int64_t n, size_t min_bytes,
+                                   double min_seconds, ThreadPool& pool);
+
+}  // namespace fp4moe::dispatch

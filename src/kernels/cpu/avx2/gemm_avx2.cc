@@ -1,0 +1,230 @@
+// AVX2 + FMA + F16C kernels over the kernel layout (types.h). Compiled with only -mavx2 -mfma
+// -mf16c; dispatch/ calls them only when cpuid and XCR0 say the host has those.
+//
+// FP4 decode, per 32-byte chunk (8 rows x 8 k): split nibbles (and, shift+and), one pshufb maps
+// each nibble to int8 = 2 * e2m1 (exact, |v| <= 12), then per k one in-lane pshufb puts the 8
+// rows' int8 in the top byte of 8 int32 lanes (v << 24, sign included) and cvtdq2ps makes them
+// floats v * 2^24, exactly. The constant 2^-25 is applied once per output.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/kernels_cpu.h"
+
+namespace fp4moe::kernels {
+namespace {
+
+// 2 * e2m1(code) for codes 0..15, repeated in both 128-bit lanes (pshufb is in-lane).
+inline __m256i e2m1_x2_lut() {
+  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
+
+// pshufb control moving bytes 4j..4j+3 of each 128-bit lane to the top byte of its 4 dwords and
+// zeroing the rest (index bytes with the high bit set give 0).
+inline __m256i top_byte_ctrl(int j) {
+  auto dw = [j](int r) { return static_cast<int>(0x00808080u | (uint32_t(4 * j + r) << 24)); };
+  return _mm256_setr_epi32(dw(0), dw(1), dw(2), dw(3), dw(0), dw(1), dw(2), dw(3));
+}
+
+// The 8 rows' block scales as floats. UE4M3 -> F32: code << 20 lands the 4 exponent and 3
+// mantissa bits in F32's fields (bias 127 instead of 7, so times 2^120); F32 subnormals make
+// E4M3's subnormals exact too. E8M0 -> F32: code << 23 is 2^(code - 127) for codes 1..254 (code
+// 0, 2^-127, reads as 0: its weights are below 6 * 2^-127; pack/ rejects the NaN code 0xFF).
+template <WeightFormat kFormat>
+inline __m256 decode_block_scales(const uint8_t* codes) {
+  const __m256i c =
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)),
+                         _mm256_set1_ps(0x1p120f));
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
+  }
+}
+
+inline void store_rows(float* y, __m256 v, int rows) {
+  if (rows == kTileRows) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    alignas(32) float tmp[kTileRows];
+    _mm256_store_ps(tmp, v);
+    std::memcpy(y, tmp, sizeof(float) * rows);
+  }
+}
+
+// MR tokens against one tile. MR <= 2 keeps two FMA chains per token so the FMA latency is hidden
+// at M = 1; at MR >= 3 the tokens themselves are independent chains (and registers run out).
+template <WeightFormat kFormat, int MR>
+inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
+                     const float* x, int64_t ldx, float* y, int64_t ldy, int rows) {
+  constexpr int kChains = MR <= 2 ? 2 : 1;
+  constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
+  const int64_t k_blocks = w.chunks / kChunksPerBlock;
+  const __m256i lut = e2m1_x2_lut();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2),
+                           top_byte_ctrl(3)};
+  __m256 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    __m256 block[MR][kChains];
+    for (int i = 0; i < MR; ++i) {
+      for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
+    }
+    for (int c = 0; c < kChunksPerBlock; ++c) {
+      const int64_t chunk = b * kChunksPerBlock + c;
+      const __m256i v =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + chunk * kChunkBytes));
+      const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
+      const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      const float* xk = x + chunk * kFp4ChunkK;
+      for (int j = 0; j < 4; ++j) {
+        const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(lo, ctrl[j]));
+        for (int i = 0; i < MR; ++i) {
+          block[i][j % kChains] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + j),
+                                                  block[i][j % kChains]);
+        }
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(hi, ctrl[j]));
+        for (int i = 0; i < MR; ++i) {
+          block[i][j % kChains] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + 4 + j),
+                                                  block[i][j % kChains]);
+        }
+      }
+    }
+    const __m256 scale = decode_block_scales<kFormat>(scales + b * kTileRows);
+    for (int i = 0; i < MR; ++i) {
+      __m256 sum = block[i][0];
+      if constexpr (kChains == 2) sum = _mm256_add_ps(sum, block[i][1]);
+      total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
+    }
+  }
+  const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, _mm256_mul_ps(total[i], out_scale), rows);
+}
+
+template <WeightFormat kFormat>
+void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                   int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
+    const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+    float* yt = y + t * kTileRows;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      fp4_tile<kFormat, 4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+    }
+    switch (m - i) {
+      case 3:
+        fp4_tile<kFormat, 3>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 2:
+        fp4_tile<kFormat, 2>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 1:
+        fp4_tile<kFormat, 1>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// FP8: 8 codes (one k, 8 rows) -> FP16 words: code << 8 (unpack with zero), arithmetic shift
+// right by 1 and clear bit 14 gives S.0EEEE.MMM0000000, an FP16 of value e4m3 * 2^-8 (FP16 bias
+// 15 vs 7); vcvtph2ps widens exactly. The 2^8 is folded into the block scale.
+template <int MR, bool kTail>
+inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx, int valid_k,
+                      __m256 (&block)[MR][2]) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+  const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, v), 1), mask);
+  const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, v), 1), mask);
+  // unpacklo holds k = 0 (low lane) and k = 2 (high lane); unpackhi holds k = 1 and k = 3.
+  const __m256 wk[4] = {_mm256_cvtph_ps(_mm256_castsi256_si128(even)),
+                        _mm256_cvtph_ps(_mm256_castsi256_si128(odd)),
+                        _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)),
+                        _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1))};
+  for (int j = 0; j < kFp8ChunkK; ++j) {
+    if (kTail && j >= valid_k) break;
+    for (int i = 0; i < MR; ++i) {
+      block[i][j & 1] = _mm256_fmadd_ps(wk[j], _mm256_broadcast_ss(xk + i * ldx + j),
+                                        block[i][j & 1]);
+    }
+  }
+}
+
+template <int MR>
+inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* scales,
+                     const float* x, int64_t ldx, float* y, int64_t ldy, int rows) {
+  constexpr int64_t kChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
+  const int64_t full_chunks = w.k / kFp8ChunkK;
+  const int tail_k = static_cast<int>(w.k % kFp8ChunkK);
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  __m256 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    __m256 block[MR][2];
+    for (int i = 0; i < MR; ++i) block[i][0] = block[i][1] = _mm256_setzero_ps();
+    const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
+    for (int64_t c = b * kChunksPerBlock; c < c_end; ++c) {
+      fp8_chunk<MR, false>(tile + c * kChunkBytes, x + c * kFp8ChunkK, ldx, kFp8ChunkK, block);
+    }
+    if (b == k_blocks - 1 && tail_k != 0) {
+      fp8_chunk<MR, true>(tile + full_chunks * kChunkBytes, x + full_chunks * kFp8ChunkK, ldx,
+                          tail_k, block);
+    }
+    const __m256 scale = _mm256_set1_ps(scales[b] * 256.0f);
+    for (int i = 0; i < MR; ++i) {
+      total[i] = _mm256_fmadd_ps(_mm256_add_ps(block[i][0], block[i][1]), scale, total[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, total[i], rows);
+}
+
+}  // namespace
+
+void nvfp4_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                        int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  fp4_gemm_avx2<WeightFormat::kNvfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+void mxfp4_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                        int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  fp4_gemm_avx2<WeightFormat::kMxfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+void fp8b128_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                          int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
+    const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+    float* yt = y + t * kTileRows;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) fp8_tile<4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+    switch (m - i) {
+      case 3:
+        fp8_tile<3>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 2:
+        fp8_tile<2>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 1:
+        fp8_tile<1>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace fp4moe::kernels

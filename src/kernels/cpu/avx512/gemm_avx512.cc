@@ -1,0 +1,253 @@
+// AVX-512 (F/BW/VL/DQ) kernels over the kernel layout (types.h): the same decode as the AVX2
+// kernels, on two 8-row tiles at once so one zmm holds 16 output rows. Compiled with only the
+// AVX-512 flags; dispatch/ calls them only when cpuid and XCR0 (opmask + zmm state) allow.
+//
+// No VNNI / BF16 / VBMI variants: these kernels are W4A16 (the decoded weight times the F32
+// activation, accumulated in F32). VNNI is an int8 dot product (that is the W4A8 kernel's trick,
+// not this one's); vdpbf16ps would round the activations to BF16 (exact only for BF16 inputs) and
+// flushes subnormals; VBMI's 64-entry vpermb buys nothing over pshufb for a 16-entry table.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/kernels_cpu.h"
+
+namespace fp4moe::kernels {
+namespace {
+
+constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
+
+inline __m512i e2m1_x2_lut() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+}
+
+inline __m512i top_byte_ctrl(int j) {
+  auto dw = [j](int r) { return static_cast<int>(0x00808080u | (uint32_t(4 * j + r) << 24)); };
+  return _mm512_broadcast_i32x4(_mm_setr_epi32(dw(0), dw(1), dw(2), dw(3)));
+}
+
+// 32 bytes of tile t in the low half, 32 bytes of tile t + 1 (or zeros) in the high half.
+inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
+  const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  if (b == nullptr) return lo;
+  return _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// 16 rows' scales; UE4M3 and E8M0 decoded as in the AVX2 kernels.
+template <WeightFormat kFormat>
+inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
+  const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi =
+      b == nullptr ? _mm_setzero_si128() : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
+  if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)),
+                         _mm512_set1_ps(0x1p120f));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
+  }
+}
+
+inline __mmask16 row_mask(int rows) { return static_cast<__mmask16>((1u << rows) - 1u); }
+
+template <WeightFormat kFormat, int MR>
+inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
+                     const uint8_t* scales_a, const uint8_t* scales_b, const float* x,
+                     int64_t ldx, float* y, int64_t ldy, int rows) {
+  constexpr int kChains = MR <= 2 ? 2 : 1;
+  constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
+  const int64_t k_blocks = w.chunks / kChunksPerBlock;
+  const __m512i lut = e2m1_x2_lut();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2),
+                           top_byte_ctrl(3)};
+  __m512 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    __m512 block[MR][kChains];
+    for (int i = 0; i < MR; ++i) {
+      for (int c = 0; c < kChains; ++c) block[i][c] = _mm512_setzero_ps();
+    }
+    for (int c = 0; c < kChunksPerBlock; ++c) {
+      const int64_t off = (b * kChunksPerBlock + c) * kChunkBytes;
+      const __m512i v = load_pair(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off);
+      const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
+      const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+      const float* xk = x + (b * kChunksPerBlock + c) * kFp4ChunkK;
+      for (int j = 0; j < 4; ++j) {
+        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(lo, ctrl[j]));
+        for (int i = 0; i < MR; ++i) {
+          block[i][j % kChains] =
+              _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[i * ldx + j]), block[i][j % kChains]);
+        }
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(hi, ctrl[j]));
+        for (int i = 0; i < MR; ++i) {
+          block[i][j % kChains] =
+              _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[i * ldx + 4 + j]), block[i][j % kChains]);
+        }
+      }
+    }
+    const __m512 scale = decode_block_scales<kFormat>(
+        scales_a + b * kTileRows, scales_b == nullptr ? nullptr : scales_b + b * kTileRows);
+    for (int i = 0; i < MR; ++i) {
+      __m512 sum = block[i][0];
+      if constexpr (kChains == 2) sum = _mm512_add_ps(sum, block[i][1]);
+      total[i] = _mm512_fmadd_ps(sum, scale, total[i]);
+    }
+  }
+  const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, row_mask(rows), _mm512_mul_ps(total[i], out_scale));
+  }
+}
+
+template <WeightFormat kFormat>
+void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                     int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
+  for (int64_t t = tile_begin; t < tile_end; t += 2) {
+    const bool pair = t + 1 < tile_end;
+    const uint8_t* tile_a = w.codes + t * w.chunks * kChunkBytes;
+    const uint8_t* tile_b = pair ? tile_a + w.chunks * kChunkBytes : nullptr;
+    const uint8_t* scales_a = w.block_scales + t * k_blocks * kTileRows;
+    const uint8_t* scales_b = pair ? scales_a + k_blocks * kTileRows : nullptr;
+    const int rows =
+        static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
+    float* yt = y + t * kTileRows;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      fp4_pair<kFormat, 4>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
+                           ldy, rows);
+    }
+    switch (m - i) {
+      case 3:
+        fp4_pair<kFormat, 3>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
+                             yt + i * ldy, ldy, rows);
+        break;
+      case 2:
+        fp4_pair<kFormat, 2>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
+                             yt + i * ldy, ldy, rows);
+        break;
+      case 1:
+        fp4_pair<kFormat, 1>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
+                             yt + i * ldy, ldy, rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// FP8: the AVX2 FP16 route per tile (see gemm_avx2.cc), then the two tiles' 8-row halves of one k
+// are joined (vperm2i128) so one vcvtph2ps makes 16 rows.
+inline __m256i e4m3_to_fp16_words(__m256i bytes_as_words) {
+  return _mm256_and_si256(_mm256_srai_epi16(bytes_as_words, 1),
+                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+}
+
+template <int MR, bool kTail>
+inline void fp8_chunk(const uint8_t* a, const uint8_t* b, const float* xk, int64_t ldx,
+                      int valid_k, __m512 (&block)[MR][2]) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i vb = b == nullptr ? zero : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  const __m256i ea = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, va));  // k0 | k2
+  const __m256i oa = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, va));  // k1 | k3
+  const __m256i eb = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, vb));
+  const __m256i ob = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, vb));
+  const __m512 wk[4] = {_mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x20)),
+                        _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x20)),
+                        _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x31)),
+                        _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x31))};
+  for (int j = 0; j < kFp8ChunkK; ++j) {
+    if (kTail && j >= valid_k) break;
+    for (int i = 0; i < MR; ++i) {
+      block[i][j & 1] = _mm512_fmadd_ps(wk[j], _mm512_set1_ps(xk[i * ldx + j]), block[i][j & 1]);
+    }
+  }
+}
+
+template <int MR>
+inline void fp8_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
+                     const float* scales, const float* x, int64_t ldx, float* y, int64_t ldy,
+                     int rows) {
+  constexpr int64_t kChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
+  const int64_t full_chunks = w.k / kFp8ChunkK;
+  const int tail_k = static_cast<int>(w.k % kFp8ChunkK);
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  __m512 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    __m512 block[MR][2];
+    for (int i = 0; i < MR; ++i) block[i][0] = block[i][1] = _mm512_setzero_ps();
+    const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
+    for (int64_t c = b * kChunksPerBlock; c < c_end; ++c) {
+      const int64_t off = c * kChunkBytes;
+      fp8_chunk<MR, false>(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off,
+                           x + c * kFp8ChunkK, ldx, kFp8ChunkK, block);
+    }
+    if (b == k_blocks - 1 && tail_k != 0) {
+      const int64_t off = full_chunks * kChunkBytes;
+      fp8_chunk<MR, true>(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off,
+                          x + full_chunks * kFp8ChunkK, ldx, tail_k, block);
+    }
+    // The two tiles share the 128-row scale block: a pair starts at an even tile, and 16 divides
+    // 128, so both tiles lie in the same row block.
+    const __m512 scale = _mm512_set1_ps(scales[b] * 256.0f);
+    for (int i = 0; i < MR; ++i) {
+      total[i] = _mm512_fmadd_ps(_mm512_add_ps(block[i][0], block[i][1]), scale, total[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, row_mask(rows), total[i]);
+}
+
+}  // namespace
+
+void nvfp4_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                           int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  fp4_gemm_avx512<WeightFormat::kNvfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+void mxfp4_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                           int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  fp4_gemm_avx512<WeightFormat::kMxfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+void fp8b128_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m,
+                             float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  for (int64_t t = tile_begin; t < tile_end;) {
+    // Pair two tiles only when they share a 128-row scale block (t even within the block).
+    const bool pair = t + 1 < tile_end && ((t * kTileRows) % kFp8ScaleBlock) % 16 == 0 &&
+                      (t * kTileRows) / kFp8ScaleBlock == ((t + 1) * kTileRows) / kFp8ScaleBlock;
+    const uint8_t* tile_a = w.codes + t * w.chunks * kChunkBytes;
+    const uint8_t* tile_b = pair ? tile_a + w.chunks * kChunkBytes : nullptr;
+    const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
+    const int rows =
+        static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
+    float* yt = y + t * kTileRows;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      fp8_pair<4>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+    }
+    switch (m - i) {
+      case 3:
+        fp8_pair<3>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 2:
+        fp8_pair<2>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      case 1:
+        fp8_pair<1>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+        break;
+      default:
+        break;
+    }
+    t += pair ? 2 : 1;
+  }
+}
+
+}  // namespace fp4moe::kernels

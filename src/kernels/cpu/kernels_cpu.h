@@ -1,0 +1,14 @@
+// Declarations of every CPU kernel in kernel_list.inc; each is defined in its ISA's directory.
+#pragma once
+
+#include "kernels/types.h"
+
+namespace fp4moe::kernels {
+
+#define FP4MOE_GEMM_KERNEL(fn, format, isa)                                             \
+  void fn(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, \
+          int64_t ldy, int64_t tile_begin, int64_t tile_end);
+#include "kernels/kernel_list.inc"
+#undef FP4MOE_GEMM_KERNEL
+
+}  // namespace fp4moe::kernels

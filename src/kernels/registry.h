@@ -1,0 +1,24 @@
+// The kernel registry, built from kernel_list.inc: look kernels up by format and ISA.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "kernels/types.h"
+
+namespace fp4moe::kernels {
+
+struct KernelInfo {
+  std::string_view name;
+  WeightFormat format;
+  Isa isa;
+  GemmKernel fn;
+};
+
+// Every kernel compiled into this build, in kernel_list.inc order (whether or not the host can run
+// it: dispatch/ decides that).
+std::span<const KernelInfo> all_kernels();
+// The kernel for (format, isa), or nullptr when the list has none.
+const KernelInfo* find_kernel(WeightFormat format, Isa isa);
+
+}  // namespace fp4moe::kernels

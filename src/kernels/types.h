@@ -1,0 +1,77 @@
+// The kernel-facing types: weight formats, ISAs, and the packed ("kernel layout") weight view.
+//
+// Kernels see raw pointers and shapes only; they never see checkpoint layouts or files. pack/ is
+// the only code that turns a checkpoint layout into the layout documented here.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace fp4moe::kernels {
+
+// Instruction sets with their own kernel files. Each ISA's files are compiled with only its flags.
+enum class Isa : uint8_t {
+  kScalar,  // portable C++, the fallback on every x86-64 and the SIMD kernels' first oracle
+  kAvx2,    // AVX2 + FMA + F16C (Haswell, Zen 1+)
+  kAvx512,  // AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4+)
+};
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+std::string_view isa_name(Isa isa);
+
+// Weight formats the CPU kernels consume (checkpoint variants map onto these in pack/).
+enum class WeightFormat : uint8_t {
+  kNvfp4,        // E2M1 + UE4M3 per 16 along K + F32 tensor scale
+  kMxfp4,        // E2M1 + E8M0 per 32 along K
+  kFp8Block128,  // E4M3 + F32 scale per 128x128 (E8M0 scales are widened to F32 by pack/)
+};
+inline constexpr WeightFormat kAllWeightFormats[] = {WeightFormat::kNvfp4, WeightFormat::kMxfp4,
+                                                     WeightFormat::kFp8Block128};
+std::string_view weight_format_name(WeightFormat format);
+// Elements of K per scale along K, and the K granularity a matrix must have.
+int weight_format_k_block(WeightFormat format);
+
+// ------------------------------------------------------------------------------------------------
+// Kernel layout ("row-interleaved tiles"). Rows are grouped in tiles of kTileRows = 8 output rows;
+// N is padded to a whole tile with zero rows. SIMD lanes hold ROWS, not K: one 8-float vector is
+// the 8 rows of a tile at one k, so a product is FMA(weights, broadcast(x[k])) with no horizontal
+// sum, and a vector of 8 block scales (one per row) applies to a whole block at once.
+//
+// FP4 (NVFP4, MXFP4): a tile is K/8 chunks of 32 bytes; chunk c covers k = 8c .. 8c+7 for 8 rows.
+//   Byte p of a chunk (lane = p / 16, i = p % 16, j = i / 4, r = i % 4) holds row 4*lane + r:
+//   low nibble = k 8c + j, high nibble = k 8c + 4 + j.
+//   Why: one 32-byte load, one nibble split and one 16-entry byte shuffle (pshufb) decode 64
+//   elements; a second in-lane pshufb per k moves the 8 decoded bytes of one k to the top byte of
+//   8 int32 lanes (rows 0-3 from the low 128-bit lane, 4-7 from the high one), no lane crossing.
+//   Block scales: per tile, per K block (16 for NVFP4, 32 for MXFP4), 8 bytes = the 8 rows' raw
+//   UE4M3 / E8M0 codes, tile-major: scales[(tile * k_blocks + block) * 8 + row].
+// FP8 block-128: a tile is ceil(K/4) chunks of 32 bytes; chunk c covers k = 4c .. 4c+3 for 8 rows;
+//   byte 8*j + r holds row r at k = 4c + j (plain [k][row] order); K is padded to a multiple of 4
+//   with zero codes. Why: an in-lane byte unpack with zero turns 8 codes into 8 words whose high
+//   byte is the code, a shift and mask make them FP16 (E4M3 fits FP16 exactly, subnormals too) and
+//   one vcvtph2ps makes the 8 rows' floats. Scales: F32 [ceil(N/128), ceil(K/128)], the checkpoint
+//   grid (a tile never straddles two 128-row blocks since 128 % 8 == 0).
+inline constexpr int kTileRows = 8;
+inline constexpr int kFp4ChunkK = 8;   // K elements per 32-byte FP4 chunk
+inline constexpr int kFp8ChunkK = 4;   // K elements per 32-byte FP8 chunk
+inline constexpr int kChunkBytes = 32;
+inline constexpr int kFp8ScaleBlock = 128;
+
+struct PackedMatrix {
+  WeightFormat format;
+  int64_t n;             // output features (rows)
+  int64_t k;             // input features
+  int64_t n_tiles;       // ceil(n / kTileRows)
+  int64_t chunks;        // 32-byte chunks per tile along K
+  const uint8_t* codes;  // n_tiles * chunks * 32 bytes
+  const uint8_t* block_scales;  // FP4: n_tiles * (k / k_block) * 8 codes; FP8: unused
+  const float* fp8_scales;      // FP8: [ceil(n/128), ceil(k/128)] F32; FP4: unused
+  float tensor_scale;           // NVFP4 weight_scale_2; 1 for the other formats
+};
+
+// Y[m, n] = sum_k X[m, k] * W[n, k] for rows n in tiles [tile_begin, tile_end), m < M.
+// X is F32 with row stride ldx; Y is F32 with row stride ldy, overwritten (never accumulated).
+// Threads split the tile range; a kernel allocates nothing and keeps no state.
+using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m,
+                            float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end);
+
+}  // namespace fp4moe::kernels

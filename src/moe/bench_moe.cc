@@ -1,0 +1,188 @@
+// The DeepSeek-V4-Flash MoE-layer benchmark (see bench_moe.h).
+#include "moe/bench_moe.h"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "dispatch/measure.h"
+#include "kernels/registry.h"
+#include "moe/moe_layer.h"
+#include "pack/pack.h"
+
+namespace fp4moe::moe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// DeepSeek-V4-Flash config.json (MOE_SEMANTICS.md §1).
+constexpr int kExperts = 256;
+constexpr int kTopK = 6;
+constexpr int64_t kHidden = 4096;
+constexpr int64_t kInter = 2048;
+
+// Random checkpoint-layout data for one [n, k] matrix of `format`, packed `copies` times.
+struct MatrixSource {
+  kernels::WeightFormat format;
+  int64_t n, k;
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> fp8_scales;
+
+  MatrixSource(kernels::WeightFormat f, int64_t rows, int64_t cols, std::mt19937_64& rng)
+      : format(f), n(rows), k(cols) {
+    auto fill = [&rng](std::vector<uint8_t>& v, int lo, int hi) {
+      std::uniform_int_distribution<int> d(lo, hi);
+      for (uint8_t& b : v) b = static_cast<uint8_t>(d(rng));
+    };
+    switch (f) {
+      case kernels::WeightFormat::kNvfp4:
+        codes.resize(n * k / 2);
+        scales.resize(n * k / 16);
+        fill(codes, 0, 255);
+        fill(scales, 0x30, 0x40);
+        break;
+      case kernels::WeightFormat::kMxfp4:
+        codes.resize(n * k / 2);
+        scales.resize(n * k / 32);
+        fill(codes, 0, 255);
+        fill(scales, 118, 122);
+        break;
+      case kernels::WeightFormat::kFp8Block128:
+        codes.resize(n * k);
+        fill(codes, 0, 0x5F);  // magnitudes up to 2^4, never the NaN code
+        fp8_scales.assign((n + 127) / 128 * ((k + 127) / 128), 1.0f / 1024.0f);
+        break;
+    }
+  }
+  size_t bytes() const { return codes.size() + scales.size() + 4 * fp8_scales.size(); }
+  Result<pack::PackedWeights> pack() const {
+    switch (format) {
+      case kernels::WeightFormat::kNvfp4:
+        return pack::pack_nvfp4("bench", codes, scales, 0.05f, n, k);
+      case kernels::WeightFormat::kMxfp4:
+        return pack::pack_mxfp4("bench", codes, scales, n, k);
+      case kernels::WeightFormat::kFp8Block128:
+        return pack::pack_fp8_block128("bench", codes, fp8_scales, n, k);
+    }
+    return Error{"unknown format"};
+  }
+};
+
+}  // namespace
+
+nlohmann::ordered_json MoeBenchResult::to_json() const {
+  return {{"layer", layer},
+          {"format", format},
+          {"isa", isa},
+          {"batch", batch},
+          {"threads", threads},
+          {"calls", calls},
+          {"us", us},
+          {"bytes_per_call", bytes_per_call},
+          {"bandwidth_gbps", bandwidth_gbps},
+          {"bound_us", bound_us},
+          {"ratio_to_bound", ratio_to_bound},
+          {"pack_s_per_gb", pack_s_per_gb}};
+}
+
+std::string MoeBenchResult::summary() const {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "%s, %s experts, batch %lld: %.0f us per layer; %.1f MB read per call, bound "
+                "%.0f us at the %.2f GB/s measured DRAM read bandwidth: %.2fx the bound "
+                "(%d threads, %s)",
+                layer.c_str(), format.c_str(), static_cast<long long>(batch), us,
+                bytes_per_call / 1e6, bound_us, bandwidth_gbps, ratio_to_bound, threads,
+                isa.c_str());
+  return buf;
+}
+
+Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
+                                       std::optional<kernels::Isa> isa, int64_t batch,
+                                       size_t min_bandwidth_bytes, double min_seconds,
+                                       ThreadPool& pool) {
+  if (batch < 1) return Error{"bench --moe: batch must be >= 1"};
+  std::mt19937_64 rng(42);
+  const MatrixSource up_src(routed_format, kInter, kHidden, rng);
+  const MatrixSource down_src(routed_format, kHidden, kInter, rng);
+  const MatrixSource shared_up_src(kernels::WeightFormat::kFp8Block128, kInter, kHidden, rng);
+  const MatrixSource shared_down_src(kernels::WeightFormat::kFp8Block128, kHidden, kInter, rng);
+
+  // Every expert gets its own copy: 256 x 3 matrices (about 3.4 GB in NVFP4), as in a checkpoint.
+  std::vector<std::unique_ptr<pack::PackedWeights>> store;
+  auto pack_copy = [&store](const MatrixSource& src) -> Result<const pack::PackedWeights*> {
+    auto p = src.pack();
+    if (!p.ok()) return p.error();
+    store.push_back(std::make_unique<pack::PackedWeights>(std::move(p).value()));
+    return store.back().get();
+  };
+  std::vector<ExpertWeights> experts(kExperts), shared(1);
+  double packed_checkpoint_bytes = 0;
+  const auto pack_t0 = Clock::now();
+  for (int e = 0; e < kExperts + 1; ++e) {
+    const bool is_shared = e == kExperts;
+    ExpertWeights& w = is_shared ? shared[0] : experts[e];
+    const MatrixSource& up = is_shared ? shared_up_src : up_src;
+    const MatrixSource& down = is_shared ? shared_down_src : down_src;
+    for (auto [slot, src] : {std::pair{&w.gate, &up}, std::pair{&w.up, &up},
+                             std::pair{&w.down, &down}}) {
+      auto p = pack_copy(*src);
+      if (!p.ok()) return p.error();
+      *slot = *p;
+      packed_checkpoint_bytes += static_cast<double>(src->bytes());
+    }
+  }
+  const double pack_s = std::chrono::duration<double>(Clock::now() - pack_t0).count();
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> router_w(kExperts * kHidden), bias(kExperts);
+  for (float& v : router_w) v = normal(rng) * 0.02f;
+  for (float& v : bias) v = normal(rng) * 0.01f;
+  MoeConfig config;
+  config.hidden = kHidden;
+  config.router = RouterConfig{kExperts, kTopK, ScoringFunc::kSqrtSoftplus,
+                               WeightRule::kScoresAtSelected, true, 1.5f, 1, 1};
+  config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
+  config.shared_activation = config.routed_activation;
+  auto layer = MoeLayer::create(config, RouterWeights{router_w, {}, bias}, experts, shared, batch,
+                                isa);
+  if (!layer.ok()) return layer.error();
+
+  MoeBenchResult r;
+  r.layer = "DeepSeek-V4-Flash MoE (256 experts, top-6, 1 shared FP8 expert, 4096 -> 2048)";
+  r.format = kernels::weight_format_name(routed_format);
+  r.batch = batch;
+  r.threads = pool.size();
+  r.pack_s_per_gb = pack_s / (packed_checkpoint_bytes / 1e9);
+  r.isa = kernels::isa_name(
+      (isa ? *isa : dispatch::LinearPlan::create(store[0]->view())->kernel().isa));
+  r.bandwidth_gbps =
+      dispatch::measure_read_bandwidth_gbps(pool, std::max<size_t>(min_bandwidth_bytes, 1u << 30));
+
+  // Fresh random tokens every call, so the experts read change from call to call as in decode.
+  std::vector<float> x(batch * kHidden), y(batch * kHidden);
+  auto new_tokens = [&] {
+    for (float& v : x) v = normal(rng);
+  };
+  new_tokens();
+  FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));  // warm-up
+  const double router_bytes = sizeof(float) * router_w.size();
+  double total_s = 0, total_bytes = 0;
+  while (total_s < min_seconds) {
+    new_tokens();
+    const auto t0 = Clock::now();
+    FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
+    total_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    total_bytes += static_cast<double>(layer->last_bytes_read()) + router_bytes;
+    ++r.calls;
+  }
+  r.us = total_s / static_cast<double>(r.calls) * 1e6;
+  r.bytes_per_call = total_bytes / static_cast<double>(r.calls);
+  r.bound_us = r.bytes_per_call / (r.bandwidth_gbps * 1e9) * 1e6;
+  r.ratio_to_bound = r.us / r.bound_us;
+  return r;
+}
+
+}  // namespace fp4moe::moe

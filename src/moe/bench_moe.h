@@ -1,0 +1,37 @@
+// The MoE-layer benchmark behind `fp4moe bench --moe`: one DeepSeek-V4-Flash layer (256 routed
+// experts, top-6, one shared FP8 expert, hidden 4096, expert width 2048) timed against the
+// bytes-read / measured-bandwidth bound of each call, in the same run.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/types.h"
+
+namespace fp4moe::moe {
+
+struct MoeBenchResult {
+  std::string format, isa, layer;
+  int64_t batch = 0;
+  int64_t calls = 0;
+  double us = 0;               // mean microseconds per layer call
+  double bytes_per_call = 0;   // mean weight bytes read per call (distinct experts + shared + router)
+  double bandwidth_gbps = 0;   // DRAM read bandwidth measured in the same run
+  double bound_us = 0;         // bytes_per_call / bandwidth
+  double ratio_to_bound = 0;   // us / bound_us (1.0 = at the memory bound)
+  double pack_s_per_gb = 0;
+  int threads = 0;
+  nlohmann::ordered_json to_json() const;
+  std::string summary() const;
+};
+
+Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
+                                       std::optional<kernels::Isa> isa, int64_t batch,
+                                       size_t min_bandwidth_bytes, double min_seconds,
+                                       ThreadPool& pool);
+
+}  // namespace fp4moe::moe

@@ -1,0 +1,283 @@
+// The CPU MoE layer (see moe_layer.h). Expert semantics and their sources:
+//  - SwiGLU with DeepSeek-V4 clamp, `inference/model.py` Expert.forward: gate = w1(x), up = w3(x);
+//    if swiglu_limit > 0: up = clamp(up, -L, L), gate = clamp(gate, max=L); silu(gate) * up; the
+//    shared expert is built with the same swiglu_limit in the current official file, HF, vLLM
+//    and SGLang (MOE_SEMANTICS.md, ambiguity 1), hence a separate shared ActivationConfig.
+//  - gpt-oss `gpt_oss/torch/model.py` swiglu(x, alpha=1.702, limit=7.0): x_glu.clamp(max=limit),
+//    x_linear.clamp(-limit, limit), x_glu * sigmoid(alpha * x_glu) * (x_linear + 1); biases on
+//    both projections, and the down bias is weighted by the routing weight with the rest.
+//  - Combine (DeepSeek MoE.forward, Qwen3 HF): y = sum_k w_k * expert_k(x) + shared(x), the
+//    shared expert unscaled. DeepSeek-V4 multiplies w_k into the intermediate before w2 and HF
+//    after down_proj; equal in exact arithmetic; here it is applied after down.
+#include "moe/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace fp4moe::moe {
+namespace {
+
+Error moe_error(const std::string& why) { return Error{"moe layer: " + why}; }
+
+Status check_expert(const ExpertWeights& e, const std::string& name, int64_t hidden,
+                    int64_t* inter) {
+  if (e.gate == nullptr || e.up == nullptr || e.down == nullptr) {
+    return moe_error(name + ": gate, up and down are all required");
+  }
+  const int64_t i = e.gate->n();
+  if (e.gate->k() != hidden || e.up->k() != hidden || e.up->n() != i || e.down->n() != hidden ||
+      e.down->k() != i) {
+    return moe_error(name + ": shapes gate [" + std::to_string(e.gate->n()) + ", " +
+                     std::to_string(e.gate->k()) + "], up [" + std::to_string(e.up->n()) + ", " +
+                     std::to_string(e.up->k()) + "], down [" + std::to_string(e.down->n()) +
+                     ", " + std::to_string(e.down->k()) + "] do not fit hidden " +
+                     std::to_string(hidden));
+  }
+  auto bias_ok = [](std::span<const float> b, int64_t n) {
+    return b.empty() || static_cast<int64_t>(b.size()) == n;
+  };
+  if (!bias_ok(e.gate_bias, i) || !bias_ok(e.up_bias, i) || !bias_ok(e.down_bias, hidden)) {
+    return moe_error(name + ": a bias does not match its projection's output size");
+  }
+  *inter = i;
+  return Status::Ok();
+}
+
+inline float silu(float g) { return g / (1.0f + std::exp(-g)); }
+
+}  // namespace
+
+void apply_gated_activation(const ActivationConfig& act, float* gate, const float* up, int64_t n,
+                            std::span<const float> gate_bias, std::span<const float> up_bias) {
+  const float lim = act.limit;
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate_bias.empty() ? gate[i] : gate[i] + gate_bias[i];
+    float u = up_bias.empty() ? up[i] : up[i] + up_bias[i];
+    if (lim > 0.0f) {
+      g = std::min(g, lim);
+      u = std::clamp(u, -lim, lim);
+    }
+    switch (act.kind) {
+      case GatedActivation::kSwiGlu:
+        gate[i] = silu(g) * u;
+        break;
+      case GatedActivation::kSwiGluOai:
+        gate[i] = g / (1.0f + std::exp(-act.alpha * g)) * (u + 1.0f);
+        break;
+    }
+  }
+}
+
+Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& router,
+                                  std::vector<ExpertWeights> experts,
+                                  std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
+                                  std::optional<kernels::Isa> isa) {
+  if (config.hidden < 1) return moe_error("hidden size must be >= 1");
+  if (max_tokens < 1) return moe_error("max_tokens must be >= 1");
+  FP4MOE_RETURN_IF_ERROR(validate_router(config.router, router, config.hidden));
+  if (static_cast<int>(experts.size()) != config.router.num_experts) {
+    return moe_error(std::to_string(experts.size()) + " experts given, the router has " +
+                     std::to_string(config.router.num_experts));
+  }
+  MoeLayer layer;
+  layer.config_ = config;
+  layer.router_ = router;
+  layer.max_tokens_ = max_tokens;
+  auto plan_all = [&](std::vector<ExpertWeights>& in, std::vector<Expert>& out,
+                      const char* kind) -> Status {
+    for (size_t e = 0; e < in.size(); ++e) {
+      const std::string name = std::string(kind) + " " + std::to_string(e);
+      int64_t inter = 0;
+      FP4MOE_RETURN_IF_ERROR(check_expert(in[e], name, config.hidden, &inter));
+      auto gate = dispatch::LinearPlan::create(in[e].gate->view(), isa);
+      auto up = dispatch::LinearPlan::create(in[e].up->view(), isa);
+      auto down = dispatch::LinearPlan::create(in[e].down->view(), isa);
+      for (auto* p : {&gate, &up, &down}) {
+        if (!p->ok()) return moe_error(name + ": " + p->error().message);
+      }
+      out.push_back(Expert{in[e], *gate, *up, *down, inter});
+    }
+    return Status::Ok();
+  };
+  FP4MOE_RETURN_IF_ERROR(plan_all(experts, layer.experts_, "expert"));
+  FP4MOE_RETURN_IF_ERROR(plan_all(shared_experts, layer.shared_, "shared expert"));
+  for (const Expert& e : layer.experts_) layer.max_inter_ = std::max(layer.max_inter_, e.inter);
+  for (const Expert& e : layer.shared_) layer.shared_inter_total_ += e.inter;
+
+  const int64_t k = config.router.top_k;
+  const int64_t slots = max_tokens * k;
+  const int64_t h = config.hidden;
+  layer.router_scratch_.resize(router_scratch_floats(config.router));
+  layer.ids_.resize(slots);
+  layer.route_weights_.resize(slots);
+  layer.counts_.resize(config.router.num_experts);
+  layer.offsets_.resize(config.router.num_experts);
+  layer.slot_of_.resize(slots);
+  layer.slot_expert_.resize(slots);
+  layer.xg_.resize(slots * h);
+  layer.gate_.resize(slots * layer.max_inter_);
+  layer.up_.resize(slots * layer.max_inter_);
+  layer.out_.resize(slots * h);
+  layer.shared_gate_.resize(max_tokens * layer.shared_inter_total_);
+  layer.shared_up_.resize(max_tokens * layer.shared_inter_total_);
+  layer.shared_out_.resize(layer.shared_.size() * max_tokens * h);
+  // Upper bound on tasks per phase: every matrix cut into at most 64 tasks.
+  layer.tasks_.reserve((layer.experts_.size() + layer.shared_.size()) * 2 * 64);
+  return layer;
+}
+
+void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m,
+                         float* y, int64_t ldy, int threads) {
+  // Long contiguous tile ranges keep each task one prefetchable stream; a few per thread balance
+  // the load when experts differ in size. At least 16 tiles (128 rows) per task.
+  const int64_t tiles = plan.n_tiles();
+  const int64_t per_task =
+      std::max<int64_t>(16, (tiles + 2 * threads - 1) / (2 * int64_t{threads}));
+  for (int64_t b = 0; b < tiles; b += per_task) {
+    tasks_.push_back(Task{&plan, x, ldx, m, y, ldy, b, std::min(tiles, b + per_task)});
+  }
+}
+
+void MoeLayer::run_tasks(ThreadPool& pool) {
+  pool.run(static_cast<int64_t>(tasks_.size()), [this](int64_t i, int) {
+    const Task& t = tasks_[i];
+    t.plan->run_tiles(t.x, t.ldx, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
+  });
+  tasks_.clear();
+}
+
+Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& pool) {
+  if (tokens < 1 || tokens > max_tokens_) {
+    return moe_error("forward with " + std::to_string(tokens) + " tokens; the layer was sized for 1.." +
+                     std::to_string(max_tokens_));
+  }
+  const int64_t h = config_.hidden;
+  const int k = config_.router.top_k;
+  const int64_t slots = tokens * k;
+  const int threads = pool.size();
+  route(config_.router, router_, x, tokens, h, ids_.data(), route_weights_.data(),
+        router_scratch_);
+
+  // Group the (token, choice) pairs by expert: counting sort, so each expert's rows are
+  // contiguous and its weights are streamed once for all its tokens.
+  std::fill(counts_.begin(), counts_.end(), 0);
+  for (int64_t s = 0; s < slots; ++s) ++counts_[ids_[s]];
+  int32_t running = 0;
+  for (size_t e = 0; e < counts_.size(); ++e) {
+    offsets_[e] = running;
+    running += counts_[e];
+    counts_[e] = 0;  // reused as the fill cursor below
+  }
+  for (int64_t s = 0; s < slots; ++s) {
+    const int32_t e = ids_[s];
+    const int32_t slot = offsets_[e] + counts_[e]++;
+    slot_of_[s] = slot;
+    slot_expert_[slot] = e;
+    std::memcpy(xg_.data() + slot * h, x + (s / k) * h, sizeof(float) * h);
+  }
+
+  // Phase 1: gate and up products of every active expert and every shared expert.
+  last_bytes_ = 0;
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    if (counts_[e] == 0) continue;
+    const Expert& ex = experts_[e];
+    const int64_t off = offsets_[e];
+    add_tasks(ex.gate, xg_.data() + off * h, h, counts_[e], gate_.data() + off * max_inter_,
+              max_inter_, threads);
+    add_tasks(ex.up, xg_.data() + off * h, h, counts_[e], up_.data() + off * max_inter_,
+              max_inter_, threads);
+    last_bytes_ += ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() +
+                   ex.w.down->streamed_bytes();
+  }
+  int64_t shared_off = 0;
+  for (const Expert& ex : shared_) {
+    add_tasks(ex.gate, x, h, tokens, shared_gate_.data() + shared_off * tokens, ex.inter,
+              threads);
+    add_tasks(ex.up, x, h, tokens, shared_up_.data() + shared_off * tokens, ex.inter, threads);
+    shared_off += ex.inter;
+    last_bytes_ += ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() +
+                   ex.w.down->streamed_bytes();
+  }
+  run_tasks(pool);
+
+  // Phase 2: the gated activation, one row per task.
+  const int64_t shared_rows = tokens * static_cast<int64_t>(shared_.size());
+  pool.run(slots + shared_rows, [&](int64_t r, int) {
+    if (r < slots) {
+      const Expert& ex = experts_[slot_expert_[r]];
+      apply_gated_activation(config_.routed_activation, gate_.data() + r * max_inter_,
+                             up_.data() + r * max_inter_, ex.inter, ex.w.gate_bias,
+                             ex.w.up_bias);
+      return;
+    }
+    const int64_t s = (r - slots) / tokens, t = (r - slots) % tokens;
+    int64_t off = 0;
+    for (int64_t i = 0; i < s; ++i) off += shared_[i].inter;
+    const Expert& ex = shared_[s];
+    float* g = shared_gate_.data() + off * tokens + t * ex.inter;
+    const float* u = shared_up_.data() + off * tokens + t * ex.inter;
+    apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias,
+                           ex.w.up_bias);
+  });
+
+  // Phase 3: down products.
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    if (counts_[e] == 0) continue;
+    const int64_t off = offsets_[e];
+    add_tasks(experts_[e].down, gate_.data() + off * max_inter_, max_inter_, counts_[e],
+              out_.data() + off * h, h, threads);
+  }
+  shared_off = 0;
+  for (size_t s = 0; s < shared_.size(); ++s) {
+    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter,
+              tokens, shared_out_.data() + s * tokens * h, h, threads);
+    shared_off += shared_[s].inter;
+  }
+  run_tasks(pool);
+
+  // Combine, one token per task, choices in selection order (deterministic).
+  pool.run(tokens, [&](int64_t t, int) {
+    float* yt = y + t * h;
+    std::fill(yt, yt + h, 0.0f);
+    for (int c = 0; c < k; ++c) {
+      const int64_t s = t * k + c;
+      const float w = route_weights_[s];
+      const float* o = out_.data() + int64_t{slot_of_[s]} * h;
+      const std::span<const float> b = experts_[ids_[s]].w.down_bias;
+      if (b.empty()) {
+        for (int64_t j = 0; j < h; ++j) yt[j] += w * o[j];
+      } else {
+        for (int64_t j = 0; j < h; ++j) yt[j] += w * (o[j] + b[j]);
+      }
+    }
+    for (size_t s = 0; s < shared_.size(); ++s) {
+      const float* o = shared_out_.data() + (s * tokens + t) * h;
+      const std::span<const float> b = shared_[s].w.down_bias;
+      for (int64_t j = 0; j < h; ++j) yt[j] += b.empty() ? o[j] : o[j] + b[j];
+    }
+  });
+  return Status::Ok();
+}
+
+std::string MoeLayer::describe() const {
+  std::string out = "MoE layer: router " + config_.router.describe() + "; " +
+                    std::to_string(experts_.size()) + " routed experts";
+  if (!experts_.empty()) {
+    out += " (gate: " + experts_[0].gate.describe() + "; down: " + experts_[0].down.describe() +
+           ")";
+  }
+  out += "; " + std::to_string(shared_.size()) + " shared expert(s)";
+  if (!shared_.empty()) out += " (gate: " + shared_[0].gate.describe() + ")";
+  auto act = [](const ActivationConfig& a) {
+    std::string s = a.kind == GatedActivation::kSwiGlu ? "swiglu" : "swiglu-oai(alpha " +
+                                                                      std::to_string(a.alpha) + ")";
+    if (a.limit > 0) s += " clamp " + std::to_string(a.limit);
+    return s;
+  };
+  out += "; routed activation " + act(config_.routed_activation) + ", shared " +
+         act(config_.shared_activation);
+  return out;
+}
+
+}  // namespace fp4moe::moe

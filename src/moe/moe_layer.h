@@ -1,0 +1,108 @@
+// One MoE layer on the CPU: route, group tokens by expert (each expert's weights are read once
+// per batch), gate/up products, the gated activation, down products, weighted combine, plus the
+// shared experts. Kernels are chosen once, when the layer is created.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "dispatch/linear.h"
+#include "moe/router.h"
+#include "pack/pack.h"
+
+namespace fp4moe::moe {
+
+enum class GatedActivation : uint8_t {
+  // silu(min(g, L)) * clip(u, -L, L); L <= 0: plain silu(g) * u (DeepSeek-V3/V4, Qwen3, Mixtral).
+  kSwiGlu,
+  // gpt-oss: g' = min(g, L), u' = clip(u, -L, L), g' * sigmoid(alpha * g') * (u' + 1).
+  kSwiGluOai,
+};
+
+struct ActivationConfig {
+  GatedActivation kind = GatedActivation::kSwiGlu;
+  float limit = 0.0f;    // DeepSeek-V4 swiglu_limit (10), gpt-oss limit (7); <= 0: no clamp
+  float alpha = 1.702f;  // gpt-oss only
+};
+
+// One expert's weights in kernel layout: gate and up [I, H], down [H, I]; the biases (gpt-oss,
+// F32, split from the interleaved gate_up bias by the loader) are empty when absent.
+struct ExpertWeights {
+  const pack::PackedWeights* gate = nullptr;
+  const pack::PackedWeights* up = nullptr;
+  const pack::PackedWeights* down = nullptr;
+  std::span<const float> gate_bias, up_bias, down_bias;
+};
+
+struct MoeConfig {
+  RouterConfig router;
+  ActivationConfig routed_activation;
+  ActivationConfig shared_activation;  // DeepSeek-V4 clamps the shared expert too (default)
+  int64_t hidden = 0;
+};
+
+class MoeLayer {
+ public:
+  // Checks shapes and parameters, plans every product (one kernel choice per matrix) and sizes
+  // the workspace for up to `max_tokens` per forward call.
+  static Result<MoeLayer> create(const MoeConfig& config, const RouterWeights& router,
+                                 std::vector<ExpertWeights> experts,
+                                 std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
+                                 std::optional<kernels::Isa> isa = std::nullopt);
+
+  // y [tokens, hidden] = sum_k w_k * expert_k(x) + sum_s shared_s(x), for x [tokens, hidden].
+  // Allocates nothing. Also returns each token's (expert, weight) choices via ids()/weights().
+  Status forward(const float* x, int64_t tokens, float* y, ThreadPool& pool);
+
+  std::span<const int32_t> ids() const { return ids_; }
+  std::span<const float> route_weights() const { return route_weights_; }
+  // Weight bytes the last forward streamed: each active expert once, shared experts once.
+  size_t last_bytes_read() const { return last_bytes_; }
+  std::string describe() const;
+
+ private:
+  struct Expert {
+    ExpertWeights w;
+    dispatch::LinearPlan gate, up, down;
+    int64_t inter;
+  };
+  struct Task {  // one range of tiles of one product
+    const dispatch::LinearPlan* plan;
+    const float* x;
+    int64_t ldx, m;
+    float* y;
+    int64_t ldy, tile_begin, tile_end;
+  };
+  MoeLayer() = default;
+  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m,
+                 float* y, int64_t ldy, int threads);
+  void run_tasks(ThreadPool& pool);
+
+  MoeConfig config_;
+  RouterWeights router_;
+  std::vector<Expert> experts_, shared_;
+  int64_t max_tokens_ = 0, max_inter_ = 0, shared_inter_total_ = 0;
+  // Workspace (sized at create).
+  std::vector<float> router_scratch_;
+  std::vector<int32_t> ids_;
+  std::vector<float> route_weights_;
+  // slot_of_[t * K + k]: that choice's row in the expert-grouped set; slot_expert_: the inverse.
+  std::vector<int32_t> counts_, offsets_, slot_of_, slot_expert_;
+  std::vector<float> xg_;                 // gathered inputs [T * K, H], grouped by expert
+  std::vector<float> gate_, up_;          // [T * K, I_max]
+  std::vector<float> out_;                // [T * K, H]
+  std::vector<float> shared_gate_, shared_up_, shared_out_;  // [T, I_s], [T, I_s], [n_s, T, H]
+  std::vector<Task> tasks_;
+  size_t last_bytes_ = 0;
+};
+
+// Applies the gated activation in place: gate[i] <- act(gate[i] + gate_bias, up[i] + up_bias).
+void apply_gated_activation(const ActivationConfig& act, float* gate, const float* up, int64_t n,
+                            std::span<const float> gate_bias, std::span<const float> up_bias);
+
+}  // namespace fp4moe::moe

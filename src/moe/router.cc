@@ -1,0 +1,181 @@
+// MoE routing (see router.h). Formula sources, read for /work/shared/MOE_SEMANTICS.md:
+//  - DeepSeek-V4 `inference/model.py` Gate.forward: fp32 logits; sqrtsoftplus = sqrt(softplus(z))
+//    with torch's softplus (beta 1, threshold 20: z for z > 20); selection topk(s + bias), weights
+//    from the unbiased s, w /= sum(w) when score_func != "softmax" (no eps), w *= route_scale.
+//  - DeepSeek-V3 `inference/model.py` Gate.forward: sigmoid scores; with n_groups > 1 the group
+//    score is topk(2).sum() of the biased scores (amax without bias), the best topk_groups groups
+//    are kept and the rest masked to -inf (commit 1398800 "fix scores mask"); then as above.
+//  - gpt-oss `gpt_oss/torch/model.py` MLPBlock: g = gate(t) (Linear with bias); topk(g, k,
+//    sorted=True); expert_weights = softmax(values).
+//  - Qwen3-MoE HF `Qwen3MoeSparseMoeBlock`: softmax over all experts in fp32, topk, divide by
+//    the sum when norm_topk_prob (no eps). Mixtral: softmax of the top-k logits (same weights).
+#include "moe/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace fp4moe::moe {
+namespace {
+
+// Indices of the k largest values, best first; ties to the lower index (torch leaves ties open).
+void top_k_indices(const float* v, int n, int k, int32_t* out, int32_t* work) {
+  std::iota(work, work + n, 0);
+  std::partial_sort(work, work + k, work + n, [v](int32_t a, int32_t b) {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  });
+  std::copy(work, work + k, out);
+}
+
+float softplus_torch(float z) { return z > 20.0f ? z : std::log1p(std::exp(z)); }
+
+}  // namespace
+
+std::string RouterConfig::describe() const {
+  const char* s = scoring == ScoringFunc::kSoftmax   ? "softmax"
+                  : scoring == ScoringFunc::kSigmoid ? "sigmoid"
+                                                     : "sqrtsoftplus";
+  std::string out = std::string(s) + " top-" + std::to_string(top_k) + " of " +
+                    std::to_string(num_experts);
+  if (weight_rule == WeightRule::kSoftmaxOfTopK) out += ", softmax over the top-k logits";
+  if (renormalize) out += ", renormalized";
+  if (n_group > 1) {
+    out += ", groups " + std::to_string(topk_group) + "/" + std::to_string(n_group);
+  }
+  if (routed_scaling_factor != 1.0f) out += ", x" + std::to_string(routed_scaling_factor);
+  return out;
+}
+
+Status validate_router(const RouterConfig& c, const RouterWeights& w, int64_t hidden) {
+  auto fail = [](const std::string& why) { return Status(Error{"moe router: " + why}); };
+  if (c.num_experts < 1) return fail("num_experts must be >= 1");
+  if (c.top_k < 1 || c.top_k > c.num_experts) {
+    return fail("top_k = " + std::to_string(c.top_k) + " must be in [1, num_experts = " +
+                std::to_string(c.num_experts) + "]");
+  }
+  if (c.n_group < 1 || c.num_experts % c.n_group != 0) {
+    return fail("n_group = " + std::to_string(c.n_group) + " must divide num_experts");
+  }
+  if (c.topk_group < 1 || c.topk_group > c.n_group) {
+    return fail("topk_group = " + std::to_string(c.topk_group) + " must be in [1, n_group]");
+  }
+  if (c.n_group > 1 && c.topk_group * (c.num_experts / c.n_group) < c.top_k) {
+    return fail("the kept groups hold fewer than top_k experts");
+  }
+  if (c.n_group > 1 && !w.correction_bias.empty() && c.num_experts / c.n_group < 2) {
+    return fail("top-2 group scores need >= 2 experts per group");
+  }
+  if (!std::isfinite(c.routed_scaling_factor)) return fail("routed_scaling_factor not finite");
+  if (static_cast<int64_t>(w.weight.size()) != c.num_experts * hidden) {
+    return fail("router weight has " + std::to_string(w.weight.size()) + " elements, expected " +
+                std::to_string(c.num_experts * hidden));
+  }
+  for (auto [span, name] : {std::pair{w.logit_bias, "logit bias"},
+                            std::pair{w.correction_bias, "correction bias"}}) {
+    if (!span.empty() && static_cast<int64_t>(span.size()) != c.num_experts) {
+      return fail(std::string(name) + " has " + std::to_string(span.size()) + " elements, expected " +
+                  std::to_string(c.num_experts));
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t router_scratch_floats(const RouterConfig& c) {
+  // logits, scores, choice scores, group scores and two int32 index arrays (stored as floats).
+  return 6 * int64_t{c.num_experts} + 2 * c.n_group;
+}
+
+void route_logits(const RouterConfig& c, const RouterWeights& w, const float* logits,
+                  int32_t* ids, float* route_weights, std::span<float> scratch) {
+  const int e_count = c.num_experts;
+  float* scores = scratch.data();
+  float* choice = scores + e_count;
+  float* group_scores = choice + e_count;
+  int32_t* work = reinterpret_cast<int32_t*>(group_scores + c.n_group);
+  int32_t* kept = work + e_count;
+  static_assert(sizeof(int32_t) == sizeof(float));
+
+  if (c.weight_rule == WeightRule::kSoftmaxOfTopK) {
+    // gpt-oss: topk on the raw logits, softmax over the k selected (max-subtracted).
+    top_k_indices(logits, e_count, c.top_k, ids, work);
+    const float mx = logits[ids[0]];
+    float sum = 0.0f;
+    for (int i = 0; i < c.top_k; ++i) sum += route_weights[i] = std::exp(logits[ids[i]] - mx);
+    for (int i = 0; i < c.top_k; ++i) {
+      route_weights[i] = route_weights[i] / sum * c.routed_scaling_factor;
+    }
+    return;
+  }
+  switch (c.scoring) {
+    case ScoringFunc::kSoftmax: {
+      const float mx = *std::max_element(logits, logits + e_count);
+      float sum = 0.0f;
+      for (int e = 0; e < e_count; ++e) sum += scores[e] = std::exp(logits[e] - mx);
+      for (int e = 0; e < e_count; ++e) scores[e] /= sum;
+      break;
+    }
+    case ScoringFunc::kSigmoid:
+      for (int e = 0; e < e_count; ++e) scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      break;
+    case ScoringFunc::kSqrtSoftplus:
+      for (int e = 0; e < e_count; ++e) scores[e] = std::sqrt(softplus_torch(logits[e]));
+      break;
+  }
+  // Selection uses the biased scores; the weights use the unbiased ones (noaux_tc).
+  for (int e = 0; e < e_count; ++e) {
+    choice[e] = w.correction_bias.empty() ? scores[e] : scores[e] + w.correction_bias[e];
+  }
+  if (c.n_group > 1) {
+    const int per_group = e_count / c.n_group;
+    for (int g = 0; g < c.n_group; ++g) {
+      const float* s = choice + g * per_group;
+      if (w.correction_bias.empty()) {
+        group_scores[g] = *std::max_element(s, s + per_group);
+      } else {
+        int32_t best[2];
+        top_k_indices(s, per_group, 2, best, work);
+        group_scores[g] = s[best[0]] + s[best[1]];
+      }
+    }
+    top_k_indices(group_scores, c.n_group, c.topk_group, kept, work);
+    for (int g = 0; g < c.n_group; ++g) {
+      if (std::find(kept, kept + c.topk_group, g) != kept + c.topk_group) continue;
+      std::fill(choice + g * per_group, choice + (g + 1) * per_group,
+                -std::numeric_limits<float>::infinity());
+    }
+  }
+  top_k_indices(choice, e_count, c.top_k, ids, work);
+  float sum = 0.0f;
+  for (int i = 0; i < c.top_k; ++i) sum += route_weights[i] = scores[ids[i]];
+  for (int i = 0; i < c.top_k; ++i) {
+    const float wi = c.renormalize ? route_weights[i] / sum : route_weights[i];
+    route_weights[i] = wi * c.routed_scaling_factor;
+  }
+}
+
+void route(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
+           int64_t hidden, int32_t* ids, float* route_weights, std::span<float> scratch) {
+  float* logits = scratch.data();
+  std::span<float> rest = scratch.subspan(c.num_experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* xt = x + t * hidden;
+    for (int e = 0; e < c.num_experts; ++e) {
+      // FP32 logits (DeepSeek official computes the gate in fp32). Eight partial sums let the
+      // compiler vectorize without reassociating a single chain.
+      const float* we = w.weight.data() + e * hidden;
+      float part[8] = {};
+      int64_t h = 0;
+      for (; h + 8 <= hidden; h += 8) {
+        for (int i = 0; i < 8; ++i) part[i] += xt[h + i] * we[h + i];
+      }
+      float sum = ((part[0] + part[1]) + (part[2] + part[3])) +
+                  ((part[4] + part[5]) + (part[6] + part[7]));
+      for (; h < hidden; ++h) sum += xt[h] * we[h];
+      logits[e] = w.logit_bias.empty() ? sum : sum + w.logit_bias[e];
+    }
+    route_logits(c, w, logits, ids + t * c.top_k, route_weights + t * c.top_k, rest);
+  }
+}
+
+}  // namespace fp4moe::moe

@@ -1,0 +1,232 @@
+// Repacking checkpoint layouts into the kernel layout; the layout itself is documented in
+// kernels/types.h next to PackedMatrix.
+#include "pack/pack.h"
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "formats/scalar.h"
+
+namespace fp4moe::pack {
+
+void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
+
+namespace {
+
+using kernels::kChunkBytes;
+using kernels::kFp4ChunkK;
+using kernels::kFp8ChunkK;
+using kernels::kFp8ScaleBlock;
+using kernels::kTileRows;
+using kernels::WeightFormat;
+
+Error pack_error(std::string_view tensor, const std::string& reason) {
+  return Error{"pack: tensor '" + std::string(tensor) + "': " + reason};
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+class PackedWeightsBuilder {
+ public:
+  static Result<PackedWeights> make(std::string_view tensor, WeightFormat format, int64_t n,
+                                    int64_t k, int64_t chunks, size_t scale_bytes) {
+    PackedWeights w;
+    const int64_t n_tiles = ceil_div(n, kTileRows);
+    w.codes_bytes_ = static_cast<size_t>(n_tiles * chunks * kChunkBytes);
+    w.scale_bytes_ = scale_bytes;
+    // Large matrices get 2 MiB alignment and a transparent-huge-page hint: streaming a weight
+    // set larger than the TLB reach otherwise pays a page walk every 4 KiB.
+    const size_t total = w.codes_bytes_ + scale_bytes;
+    const size_t align = total >= (size_t{2} << 20) ? (size_t{2} << 20) : 64;
+    const size_t rounded = (total + align - 1) / align * align;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
+    if (p == nullptr) return pack_error(tensor, "out of memory for " + std::to_string(total) + " bytes");
+    if (align > 64) madvise(p, rounded, MADV_HUGEPAGE);
+    w.storage_.reset(p);
+    w.view_ = kernels::PackedMatrix{format, n, k, n_tiles, chunks, p,
+                                    p + w.codes_bytes_, nullptr, 1.0f};
+    if (format == WeightFormat::kFp8Block128) {
+      w.view_.block_scales = nullptr;
+      w.view_.fp8_scales = reinterpret_cast<const float*>(p + w.codes_bytes_);
+    }
+    return w;
+  }
+  static uint8_t* codes(PackedWeights& w) { return w.storage_.get(); }
+  static uint8_t* scales(PackedWeights& w) { return w.storage_.get() + w.codes_bytes_; }
+  static void set_tensor_scale(PackedWeights& w, float s) { w.view_.tensor_scale = s; }
+};
+
+namespace {
+
+Status check_shape(std::string_view tensor, int64_t n, int64_t k, int64_t k_block) {
+  if (n <= 0 || k <= 0) {
+    return pack_error(tensor, "shape [" + std::to_string(n) + ", " + std::to_string(k) +
+                                  "] must be positive");
+  }
+  if (k % k_block != 0) {
+    return pack_error(tensor, "K = " + std::to_string(k) + " is not a multiple of the block (" +
+                                  std::to_string(k_block) + ")");
+  }
+  return Status::Ok();
+}
+
+Status check_size(std::string_view tensor, std::string_view what, size_t got, int64_t want) {
+  if (got != static_cast<size_t>(want)) {
+    return pack_error(tensor, std::string(what) + " has " + std::to_string(got) +
+                                  " elements, expected " + std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+// FP4 codes: checkpoint [n, k/2] (element 2i low nibble) -> tiles of 32-byte chunks (types.h).
+void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t row_bytes = k / 2;
+  const int64_t chunks = k / kFp4ChunkK;
+  const int64_t n_tiles = ceil_div(n, kTileRows);
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    for (int r8 = 0; r8 < kTileRows; ++r8) {
+      const int64_t row = t * kTileRows + r8;
+      const int lane = r8 / 4;
+      const int r = r8 % 4;
+      uint8_t* tile = out + t * chunks * kChunkBytes;
+      if (row >= n) {
+        for (int64_t c = 0; c < chunks; ++c) {
+          for (int j = 0; j < 4; ++j) tile[c * kChunkBytes + lane * 16 + j * 4 + r] = 0;
+        }
+        continue;
+      }
+      const uint8_t* src = packed.data() + row * row_bytes;
+      for (int64_t c = 0; c < chunks; ++c) {
+        // The row's 4 bytes for k = 8c .. 8c+7: element e is nibble (e % 2) of byte e / 2.
+        uint32_t bits;
+        std::memcpy(&bits, src + c * 4, 4);
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t lo = (bits >> (4 * j)) & 0xF;        // k = 8c + j
+          const uint32_t hi = (bits >> (4 * (j + 4))) & 0xF;  // k = 8c + 4 + j
+          tile[c * kChunkBytes + lane * 16 + j * 4 + r] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+}
+
+// FP4 block scales: checkpoint [n, k_blocks] -> [tile][block][8 rows]; padding rows get code 0.
+void pack_fp4_scales(std::span<const uint8_t> scales, int64_t n, int64_t k_blocks, uint8_t* out) {
+  const int64_t n_tiles = ceil_div(n, kTileRows);
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    for (int64_t b = 0; b < k_blocks; ++b) {
+      for (int r = 0; r < kTileRows; ++r) {
+        const int64_t row = t * kTileRows + r;
+        out[(t * k_blocks + b) * kTileRows + r] = row < n ? scales[row * k_blocks + b] : 0;
+      }
+    }
+  }
+}
+
+Result<PackedWeights> pack_fp4(std::string_view tensor, WeightFormat format,
+                               std::span<const uint8_t> packed, std::span<const uint8_t> scales,
+                               int64_t n, int64_t k) {
+  const int64_t k_block = kernels::weight_format_k_block(format);
+  FP4MOE_RETURN_IF_ERROR(check_shape(tensor, n, k, k_block));
+  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "packed codes", packed.size(), n * k / 2));
+  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "block scales", scales.size(), n * (k / k_block)));
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const uint8_t s = scales[i];
+    const bool bad = format == WeightFormat::kNvfp4 ? ((s & 0x80) != 0 || s == 0x7F)
+                                                    : s == formats::kE8M0NaN;
+    if (bad) {
+      return pack_error(tensor, "block scale " + std::to_string(i) + " (row " +
+                                    std::to_string(int64_t(i) / (k / k_block)) + ") is code " +
+                                    std::to_string(s) + ", not a finite unsigned scale");
+    }
+  }
+  const int64_t n_tiles = ceil_div(n, kTileRows);
+  const size_t scale_bytes = static_cast<size_t>(n_tiles * (k / k_block) * kTileRows);
+  auto built = PackedWeightsBuilder::make(tensor, format, n, k, k / kFp4ChunkK, scale_bytes);
+  if (!built.ok()) return built.error();
+  PackedWeights w = std::move(built).value();
+  pack_fp4_codes(packed, n, k, PackedWeightsBuilder::codes(w));
+  pack_fp4_scales(scales, n, k / k_block, PackedWeightsBuilder::scales(w));
+  return w;
+}
+
+Result<PackedWeights> pack_fp8(std::string_view tensor, std::span<const uint8_t> q,
+                               std::span<const float> scales, int64_t n, int64_t k) {
+  FP4MOE_RETURN_IF_ERROR(check_shape(tensor, n, k, 1));
+  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "codes", q.size(), n * k));
+  const int64_t grid = ceil_div(n, kFp8ScaleBlock) * ceil_div(k, kFp8ScaleBlock);
+  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "block scales", scales.size(), grid));
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (!std::isfinite(scales[i])) {
+      return pack_error(tensor, "block scale " + std::to_string(i) + " is not finite");
+    }
+  }
+  const int64_t chunks = ceil_div(k, kFp8ChunkK);
+  auto built = PackedWeightsBuilder::make(tensor, WeightFormat::kFp8Block128, n, k, chunks,
+                                          sizeof(float) * static_cast<size_t>(grid));
+  if (!built.ok()) return built.error();
+  PackedWeights w = std::move(built).value();
+  uint8_t* out = PackedWeightsBuilder::codes(w);
+  const int64_t n_tiles = ceil_div(n, kTileRows);
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    for (int r = 0; r < kTileRows; ++r) {
+      const int64_t row = t * kTileRows + r;
+      uint8_t* tile = out + t * chunks * kChunkBytes;
+      for (int64_t kk = 0; kk < chunks * kFp8ChunkK; ++kk) {
+        uint8_t code = 0;
+        if (row < n && kk < k) {
+          code = q[row * k + kk];
+          if ((code & 0x7F) == 0x7F) {
+            return pack_error(tensor, "element [" + std::to_string(row) + ", " +
+                                          std::to_string(kk) + "] is an E4M3 NaN");
+          }
+        }
+        tile[(kk / kFp8ChunkK) * kChunkBytes + (kk % kFp8ChunkK) * kTileRows + r] = code;
+      }
+    }
+  }
+  std::memcpy(PackedWeightsBuilder::scales(w), scales.data(), sizeof(float) * scales.size());
+  return w;
+}
+
+}  // namespace
+
+Result<PackedWeights> pack_nvfp4(std::string_view tensor, std::span<const uint8_t> packed,
+                                 std::span<const uint8_t> block_scales, float tensor_scale,
+                                 int64_t n, int64_t k) {
+  if (!std::isfinite(tensor_scale)) return pack_error(tensor, "tensor scale is not finite");
+  auto w = pack_fp4(tensor, WeightFormat::kNvfp4, packed, block_scales, n, k);
+  if (w.ok()) PackedWeightsBuilder::set_tensor_scale(*w, tensor_scale);
+  return w;
+}
+
+Result<PackedWeights> pack_mxfp4(std::string_view tensor, std::span<const uint8_t> packed,
+                                 std::span<const uint8_t> scales, int64_t n, int64_t k) {
+  return pack_fp4(tensor, WeightFormat::kMxfp4, packed, scales, n, k);
+}
+
+Result<PackedWeights> pack_fp8_block128(std::string_view tensor, std::span<const uint8_t> q,
+                                        std::span<const float> scales, int64_t n, int64_t k) {
+  return pack_fp8(tensor, q, scales, n, k);
+}
+
+Result<PackedWeights> pack_fp8_block128_ue8m0(std::string_view tensor, std::span<const uint8_t> q,
+                                              std::span<const uint8_t> scales, int64_t n,
+                                              int64_t k) {
+  std::vector<float> widened(scales.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (scales[i] == formats::kE8M0NaN) {
+      return pack_error(tensor, "block scale " + std::to_string(i) + " is the E8M0 NaN (0xFF)");
+    }
+    widened[i] = formats::decode_e8m0(scales[i]);
+  }
+  return pack_fp8(tensor, q, widened, n, k);
+}
+
+}  // namespace fp4moe::pack

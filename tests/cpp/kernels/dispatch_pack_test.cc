@@ -1,0 +1,152 @@
+// Dispatch (ISA detection, forcing, describe), pack/ (layout and bad input) and the thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "dispatch/cpu_features.h"
+#include "dispatch/linear.h"
+#include "formats/scalar.h"
+#include "kernels/registry.h"
+#include "pack/pack.h"
+#include "test_weights.h"
+
+namespace fp4moe {
+namespace {
+
+using kernels::Isa;
+using kernels::WeightFormat;
+
+TEST(Dispatch, EveryFormatHasAKernelForEveryIsa) {
+  for (WeightFormat f : kernels::kAllWeightFormats) {
+    for (Isa isa : kernels::kAllIsas) {
+      EXPECT_NE(kernels::find_kernel(f, isa), nullptr)
+          << kernels::weight_format_name(f) << " " << kernels::isa_name(isa);
+    }
+  }
+}
+
+TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
+  std::mt19937 rng(1);
+  testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kMxfp4, 16, 64, rng);
+  for (Isa isa : kernels::kAllIsas) {
+    dispatch::set_forced_isa(isa);
+    auto plan = dispatch::LinearPlan::create(w.packed.view());
+    if (dispatch::host_supports(isa)) {
+      ASSERT_TRUE(plan.ok()) << plan.error().message;
+      EXPECT_EQ(plan->kernel().isa, isa);
+      EXPECT_NE(plan->describe().find(plan->kernel().name), std::string::npos);
+      EXPECT_NE(plan->describe().find("forced"), std::string::npos) << plan->describe();
+    } else {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_NE(plan.error().message.find("not supported"), std::string::npos);
+    }
+  }
+  dispatch::set_forced_isa(std::nullopt);
+  auto best = dispatch::LinearPlan::create(w.packed.view());
+  ASSERT_TRUE(best.ok());
+  if (!dispatch::forced_isa()) {
+    EXPECT_EQ(best->kernel().isa, dispatch::best_host_isa());
+  }
+}
+
+TEST(Dispatch, ScalarIsAlwaysAvailableAndBestIsLast) {
+  const std::vector<Isa> isas = dispatch::host_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::kScalar);
+  EXPECT_EQ(isas.back(), dispatch::best_host_isa());
+  EXPECT_FALSE(dispatch::parse_isa("sse9").ok());
+  EXPECT_EQ(*dispatch::parse_isa("avx2"), Isa::kAvx2);
+}
+
+TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
+  std::mt19937 rng(2);
+  testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kNvfp4, 8 * 50 + 1, 128, rng);
+  const std::vector<float> x = testing::random_activations(2, 128, rng);
+  auto plan = dispatch::LinearPlan::create(w.packed.view());
+  ASSERT_TRUE(plan.ok());
+  std::vector<float> one(2 * w.n), many(2 * w.n);
+  ThreadPool single(1), pool(3);
+  plan->run(x.data(), 128, 2, one.data(), w.n, single);
+  plan->run(x.data(), 128, 2, many.data(), w.n, pool);
+  EXPECT_EQ(one, many);
+}
+
+TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
+  // Every (row, k) of a 9 x 32 MXFP4 matrix in turn holds the code for 1.0 (all else zero); the
+  // scalar kernel with x = e_k must return exactly row's one-hot.
+  const int64_t n = 9, k = 32;
+  std::vector<uint8_t> scales(n, 127);  // 2^0
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t col = 0; col < k; ++col) {
+      std::vector<uint8_t> codes(n * k / 2, 0);
+      codes[row * k / 2 + col / 2] = static_cast<uint8_t>(col % 2 == 0 ? 0x2 : 0x20);
+      auto w = pack::pack_mxfp4("one-hot", codes, scales, n, k);
+      ASSERT_TRUE(w.ok());
+      std::vector<float> x(k, 0.0f), y(n, -1.0f);
+      x[col] = 1.0f;
+      for (Isa isa : dispatch::host_isas()) {
+        kernels::find_kernel(WeightFormat::kMxfp4, isa)->fn(w->view(), x.data(), k, 1, y.data(),
+                                                            n, 0, w->view().n_tiles);
+        for (int64_t r = 0; r < n; ++r) {
+          ASSERT_EQ(y[r], r == row ? 1.0f : 0.0f)
+              << "row " << row << " col " << col << " isa " << kernels::isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(Pack, BadInputIsAnErrorNamingTheTensor) {
+  std::vector<uint8_t> codes(8 * 16 / 2), scales(8);
+  auto bad_k = pack::pack_nvfp4("layers.0.w1", codes, scales, 1.0f, 8, 24);
+  ASSERT_FALSE(bad_k.ok());
+  EXPECT_NE(bad_k.error().message.find("layers.0.w1"), std::string::npos);
+  EXPECT_NE(bad_k.error().message.find("multiple"), std::string::npos);
+  EXPECT_FALSE(pack::pack_nvfp4("w", codes, scales, 1.0f, 8, 32).ok());  // sizes do not match
+  EXPECT_FALSE(pack::pack_nvfp4("w", codes, scales, NAN, 8, 16).ok());
+  std::vector<uint8_t> nan_scales(8, 0x38);
+  nan_scales[3] = 0x7F;
+  EXPECT_FALSE(pack::pack_nvfp4("w", codes, nan_scales, 1.0f, 8, 16).ok());
+  nan_scales[3] = 0xB8;  // sign bit: not an unsigned scale
+  EXPECT_FALSE(pack::pack_nvfp4("w", codes, nan_scales, 1.0f, 8, 16).ok());
+  std::vector<uint8_t> mx_codes(4 * 32 / 2), mx_scales(4, 0xFF);
+  EXPECT_FALSE(pack::pack_mxfp4("w", mx_codes, mx_scales, 4, 32).ok());
+  EXPECT_FALSE(pack::pack_mxfp4("w", mx_codes, mx_scales, 0, 32).ok());
+  std::vector<uint8_t> fp8(3 * 5, 0x38);
+  fp8[7] = 0xFF;
+  EXPECT_FALSE(pack::pack_fp8_block128("w", fp8, std::vector<float>{1.0f}, 3, 5).ok());
+  fp8[7] = 0x38;
+  EXPECT_TRUE(pack::pack_fp8_block128("w", fp8, std::vector<float>{1.0f}, 3, 5).ok());
+  EXPECT_FALSE(pack::pack_fp8_block128("w", fp8, std::vector<float>{INFINITY}, 3, 5).ok());
+  EXPECT_FALSE(pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{0xFF}, 3, 5).ok());
+}
+
+TEST(Pack, Fp8Ue8m0ScalesWidenExactly) {
+  std::vector<uint8_t> fp8(2 * 3, 0x38);  // 1.0
+  auto w = pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{130}, 2, 3);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->view().fp8_scales[0], 8.0f);
+}
+
+TEST(ThreadPool, EveryTaskRunsExactlyOnceAcrossManyJobs) {
+  ThreadPool pool(3);
+  EXPECT_EQ(pool.size(), 3);
+  for (int job = 0; job < 200; ++job) {
+    const int64_t tasks = 1 + job % 37;
+    std::vector<std::atomic<int>> hits(tasks);
+    std::atomic<int> bad_thread{0};
+    pool.run(tasks, [&](int64_t t, int thread) {
+      hits[t].fetch_add(1);
+      if (thread < 0 || thread >= 3) bad_thread.fetch_add(1);
+    });
+    for (int64_t t = 0; t < tasks; ++t) ASSERT_EQ(hits[t].load(), 1) << "job " << job;
+    ASSERT_EQ(bad_thread.load(), 0);
+  }
+  pool.run(0, [](int64_t, int) { FAIL() << "no task expected"; });
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,142 @@
+// Every kernel of kernel_list.inc x every ISA this host has x the shape classes, against the
+// dequantize-then-FP64 reference (kernels/ref).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <string>
+#include <stdexcept>
+#include <vector>
+
+#include "dispatch/cpu_features.h"
+#include "kernels/ref/reference.h"
+#include "kernels/registry.h"
+#include "test_weights.h"
+
+namespace fp4moe {
+namespace {
+
+using kernels::KernelInfo;
+using kernels::WeightFormat;
+
+// Any FP32 summation of n products differs from the exact sum by at most about n * 2^-24 times
+// the sum of |products| (Higham's gamma_n). The kernels sum a block (<= kb terms, in up to two
+// chains) and then the K/kb scaled block sums; +4 covers the product, scale and tensor-scale
+// roundings and the reference's own rounding of each dequantized weight.
+double fp32_sum_tolerance(WeightFormat format, int64_t k) {
+  const int64_t kb = format == WeightFormat::kFp8Block128 ? 128 : kernels::weight_format_k_block(format);
+  const int64_t depth = std::min(k, kb) + (k + kb - 1) / kb + 4;
+  return static_cast<double>(depth) * std::ldexp(1.0, -24);
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Shape classes: M = 1, 2, 3, the token tile - 1, tile, tile + 1 (the kernels take 4 tokens at a
+// time), 64, 256; N = 1, an 8-row tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing
+// a 128-row FP8 scale block; K = the smallest legal, K not a multiple of the chunk (FP8), a
+// partial 128-block (FP8) and a large K.
+std::vector<Shape> shapes_for(WeightFormat format) {
+  const int64_t kb = kernels::weight_format_k_block(format);
+  std::vector<int64_t> ks;
+  if (format == WeightFormat::kFp8Block128) {
+    ks = {1, 5, 130, 2048};
+  } else {
+    ks = {kb, 3 * kb, 2048};
+  }
+  const std::vector<int64_t> ns = {1, 7, 9, 15, 17, 136};
+  std::vector<Shape> out;
+  for (int64_t m : {1, 2, 3, 4, 5, 64, 256}) {
+    for (size_t i = 0; i < ns.size(); ++i) {
+      for (int64_t k : ks) {
+        // Keep the FP64 reference affordable: the big M only with the smaller (N, K) pairs.
+        if (m * ns[i] * k > (int64_t{1} << 24)) continue;
+        out.push_back({m, ns[i], k});
+      }
+    }
+  }
+  return out;
+}
+
+class GemmKernelTest : public ::testing::TestWithParam<KernelInfo> {};
+
+TEST_P(GemmKernelTest, MatchesFp64ReferenceOverShapeClasses) {
+  const KernelInfo& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) {
+    GTEST_SKIP() << "host lacks " << kernels::isa_name(kernel.isa) << " ("
+                 << dispatch::cpu_features().summary() << ")";
+  }
+  const uint32_t seed = 0x5EED0000u + static_cast<uint32_t>(kernel.format) * 16 +
+                        static_cast<uint32_t>(kernel.isa);
+  std::mt19937 rng(seed);
+  for (const Shape& s : shapes_for(kernel.format)) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(s.m) +
+                 " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
+    testing::QuantizedMatrix w = testing::quantize_random(kernel.format, s.n, s.k, rng);
+    const std::vector<float> x = testing::random_activations(s.m, s.k, rng);
+    std::vector<double> want(s.m * s.n), scale(s.m * s.n);
+    kernels::ref::gemm_f64(w.dequantized.data(), s.n, s.k, x.data(), s.m, want.data(),
+                           scale.data());
+    // Y has a wider row stride than N, poisoned, so a kernel writing past row N is caught.
+    const int64_t ldy = s.n + 5;
+    std::vector<float> y(s.m * ldy, std::nanf(""));
+    kernel.fn(w.packed.view(), x.data(), s.k, s.m, y.data(), ldy, 0, w.packed.view().n_tiles);
+    const double tol = fp32_sum_tolerance(kernel.format, s.k);
+    int failures = 0;
+    for (int64_t i = 0; i < s.m && failures < 5; ++i) {
+      for (int64_t j = 0; j < ldy; ++j) {
+        const float got = y[i * ldy + j];
+        if (j >= s.n) {
+          if (!std::isnan(got)) {
+            ADD_FAILURE() << "wrote past N at [" << i << ", " << j << "]";
+            ++failures;
+          }
+          continue;
+        }
+        const double bound = tol * scale[i * s.n + j] + 1e-30;
+        if (!(std::fabs(got - want[i * s.n + j]) <= bound)) {
+          ADD_FAILURE() << "y[" << i << ", " << j << "] = " << got << ", want "
+                        << want[i * s.n + j] << " +- " << bound;
+          ++failures;
+        }
+      }
+    }
+    if (failures > 0) return;
+  }
+}
+
+// Splitting the tile range (as the thread pool does) must give the same bits as one call.
+TEST_P(GemmKernelTest, TileRangesComposeExactly) {
+  const KernelInfo& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const uint32_t seed = 0xC0FFEEu + static_cast<uint32_t>(kernel.isa);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t m = 3, n = 8 * 37 + 3, k = 256;
+  testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+  const std::vector<float> x = testing::random_activations(m, k, rng);
+  const int64_t tiles = w.packed.view().n_tiles;
+  std::vector<float> whole(m * n), split(m * n);
+  kernel.fn(w.packed.view(), x.data(), k, m, whole.data(), n, 0, tiles);
+  // Odd boundaries on purpose: an AVX-512 kernel pairs tiles and must cope with a lone one.
+  const int64_t bounds[] = {0, 5, 6, 17, tiles};
+  for (size_t i = 0; i + 1 < std::size(bounds); ++i) {
+    kernel.fn(w.packed.view(), x.data(), k, m, split.data(), n, bounds[i], bounds[i + 1]);
+  }
+  EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()));
+}
+
+std::string kernel_name(const ::testing::TestParamInfo<KernelInfo>& info) {
+  return std::string(info.param.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernels, GemmKernelTest,
+                         ::testing::ValuesIn(kernels::all_kernels().begin(),
+                                             kernels::all_kernels().end()),
+                         kernel_name);
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,434 @@
+// The MoE layer against a plain FP64 reference (dequantize every expert, loop over tokens), for
+// the DeepSeek-V3/V4, gpt-oss and Qwen3-MoE semantics, on every ISA this host has; plus the
+// router's selection rules on hand-made logits, and bad configurations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dispatch/cpu_features.h"
+#include "moe/moe_layer.h"
+#include "test_weights.h"
+
+namespace fp4moe::moe {
+namespace {
+
+using kernels::WeightFormat;
+
+// Two chained FP32 products (depth <= ~40 terms each, see the kernel tests' bound) give a
+// relative error of a few 1e-6 of the token's abs-sum scale; a wrong expert, weight or clamp is
+// O(1). 1e-4 keeps a 20x margin over rounding and no slack for a semantic error.
+constexpr double kMoeTolOfScale = 1e-4;
+
+struct TestExpert {
+  testing::QuantizedMatrix gate, up, down;
+  std::vector<float> gate_bias, up_bias, down_bias;
+};
+
+struct Fixture {
+  MoeConfig config;
+  std::vector<float> router_w, logit_bias, correction_bias;
+  std::vector<std::unique_ptr<TestExpert>> experts, shared;
+  WeightFormat routed_format = WeightFormat::kNvfp4, shared_format = WeightFormat::kNvfp4;
+  bool biases = false;
+};
+
+std::unique_ptr<TestExpert> make_expert(WeightFormat f, int64_t h, int64_t inter, bool biases,
+                                        std::mt19937& rng) {
+  auto e = std::make_unique<TestExpert>();
+  e->gate = testing::quantize_random(f, inter, h, rng);
+  e->up = testing::quantize_random(f, inter, h, rng);
+  e->down = testing::quantize_random(f, h, inter, rng);
+  if (biases) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (auto [v, n] : {std::pair{&e->gate_bias, inter}, std::pair{&e->up_bias, inter},
+                         std::pair{&e->down_bias, h}}) {
+      v->resize(n);
+      for (float& b : *v) b = normal(rng);
+    }
+  }
+  return e;
+}
+
+void build(Fixture& fx, int n_shared, int64_t inter, std::mt19937& rng) {
+  const int64_t h = fx.config.hidden;
+  const int e_count = fx.config.router.num_experts;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  fx.router_w.resize(e_count * h);
+  for (float& v : fx.router_w) v = normal(rng) * 0.3f;
+  for (int e = 0; e < e_count; ++e) {
+    fx.experts.push_back(make_expert(fx.routed_format, h, inter, fx.biases, rng));
+  }
+  for (int s = 0; s < n_shared; ++s) {
+    fx.shared.push_back(make_expert(fx.shared_format, h, inter * 2, false, rng));
+  }
+}
+
+ExpertWeights view(const TestExpert& e) {
+  return ExpertWeights{&e.gate.packed, &e.up.packed, &e.down.packed,
+                       e.gate_bias,    e.up_bias,    e.down_bias};
+}
+
+Result<MoeLayer> make_layer(const Fixture& fx, int64_t max_tokens, kernels::Isa isa) {
+  std::vector<ExpertWeights> experts, shared;
+  for (const auto& e : fx.experts) experts.push_back(view(*e));
+  for (const auto& e : fx.shared) shared.push_back(view(*e));
+  return MoeLayer::create(fx.config,
+                          RouterWeights{fx.router_w, fx.logit_bias, fx.correction_bias}, experts,
+                          shared, max_tokens, isa);
+}
+
+// ---- The FP64 reference: plain loops over tokens, every formula written out again. ----------
+
+std::vector<int> ref_top_k(const std::vector<double>& v, int k) {
+  std::vector<int> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&v](int a, int b) { return v[a] > v[b]; });
+  idx.resize(k);
+  return idx;
+}
+
+double ref_act(const ActivationConfig& a, double g, double u) {
+  if (a.limit > 0) {
+    g = std::min(g, double(a.limit));
+    u = std::clamp(u, -double(a.limit), double(a.limit));
+  }
+  if (a.kind == GatedActivation::kSwiGlu) return g / (1.0 + std::exp(-g)) * u;
+  return g / (1.0 + std::exp(-double(a.alpha) * g)) * (u + 1.0);
+}
+
+// Expert output and its abs-sum scale per output row.
+void ref_expert(const TestExpert& e, const ActivationConfig& act, const float* x, int64_t h,
+                std::vector<double>& out, std::vector<double>& scale) {
+  const int64_t inter = e.gate.n;
+  std::vector<double> hid(inter);
+  for (int64_t i = 0; i < inter; ++i) {
+    double g = e.gate_bias.empty() ? 0.0 : e.gate_bias[i];
+    double u = e.up_bias.empty() ? 0.0 : e.up_bias[i];
+    for (int64_t j = 0; j < h; ++j) {
+      g += double(e.gate.dequantized[i * h + j]) * x[j];
+      u += double(e.up.dequantized[i * h + j]) * x[j];
+    }
+    hid[i] = ref_act(act, g, u);
+  }
+  out.assign(h, 0.0);
+  scale.assign(h, 0.0);
+  for (int64_t j = 0; j < h; ++j) {
+    double s = e.down_bias.empty() ? 0.0 : e.down_bias[j];
+    double a = std::fabs(s);
+    for (int64_t i = 0; i < inter; ++i) {
+      s += double(e.down.dequantized[j * inter + i]) * hid[i];
+      a += std::fabs(double(e.down.dequantized[j * inter + i]) * hid[i]);
+    }
+    out[j] = s;
+    scale[j] = a;
+  }
+}
+
+struct RefToken {
+  std::vector<int> ids;
+  std::vector<double> weights, y, scale;
+};
+
+RefToken ref_token(const Fixture& fx, const float* x) {
+  const RouterConfig& c = fx.config.router;
+  const int64_t h = fx.config.hidden;
+  const int e_count = c.num_experts;
+  std::vector<double> logits(e_count);
+  for (int e = 0; e < e_count; ++e) {
+    double s = fx.logit_bias.empty() ? 0.0 : fx.logit_bias[e];
+    for (int64_t j = 0; j < h; ++j) s += double(fx.router_w[e * h + j]) * x[j];
+    logits[e] = s;
+  }
+  RefToken r;
+  if (c.weight_rule == WeightRule::kSoftmaxOfTopK) {  // gpt-oss MLPBlock
+    r.ids = ref_top_k(logits, c.top_k);
+    double sum = 0;
+    for (int id : r.ids) sum += std::exp(logits[id]);
+    for (int id : r.ids) r.weights.push_back(std::exp(logits[id]) / sum * c.routed_scaling_factor);
+  } else {
+    std::vector<double> scores(e_count);
+    double total = 0;
+    for (double l : logits) total += std::exp(l);
+    for (int e = 0; e < e_count; ++e) {
+      const double l = logits[e];
+      switch (c.scoring) {
+        case ScoringFunc::kSoftmax:
+          scores[e] = std::exp(l) / total;
+          break;
+        case ScoringFunc::kSigmoid:
+          scores[e] = 1.0 / (1.0 + std::exp(-l));
+          break;
+        case ScoringFunc::kSqrtSoftplus:
+          scores[e] = std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
+          break;
+      }
+    }
+    std::vector<double> choice = scores;
+    if (!fx.correction_bias.empty()) {
+      for (int e = 0; e < e_count; ++e) choice[e] += fx.correction_bias[e];
+    }
+    if (c.n_group > 1) {  // DeepSeek-V3 Gate: top-2 sum with a bias, else max; mask -inf
+      const int per = e_count / c.n_group;
+      std::vector<double> gs(c.n_group);
+      for (int g = 0; g < c.n_group; ++g) {
+        std::vector<double> grp(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+        std::sort(grp.rbegin(), grp.rend());
+        gs[g] = fx.correction_bias.empty() ? grp[0] : grp[0] + grp[1];
+      }
+      const std::vector<int> keep = ref_top_k(gs, c.topk_group);
+      for (int g = 0; g < c.n_group; ++g) {
+        if (std::find(keep.begin(), keep.end(), g) != keep.end()) continue;
+        for (int e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
+      }
+    }
+    r.ids = ref_top_k(choice, c.top_k);
+    double sum = 0;
+    for (int id : r.ids) sum += scores[id];
+    for (int id : r.ids) {
+      r.weights.push_back((c.renormalize ? scores[id] / sum : scores[id]) *
+                          c.routed_scaling_factor);
+    }
+  }
+  r.y.assign(h, 0.0);
+  r.scale.assign(h, 0.0);
+  std::vector<double> out, scale;
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    ref_expert(*fx.experts[r.ids[i]], fx.config.routed_activation, x, h, out, scale);
+    for (int64_t j = 0; j < h; ++j) {
+      r.y[j] += r.weights[i] * out[j];
+      r.scale[j] += std::fabs(r.weights[i]) * scale[j];
+    }
+  }
+  for (const auto& s : fx.shared) {
+    ref_expert(*s, fx.config.shared_activation, x, h, out, scale);
+    for (int64_t j = 0; j < h; ++j) {
+      r.y[j] += out[j];
+      r.scale[j] += scale[j];
+    }
+  }
+  return r;
+}
+
+void check_against_reference(const Fixture& fx, int64_t tokens, uint32_t seed,
+                             const std::string& what) {
+  for (kernels::Isa isa : dispatch::host_isas()) {
+    SCOPED_TRACE(what + " isa " + std::string(kernels::isa_name(isa)) + " tokens " +
+                 std::to_string(tokens) + " seed " + std::to_string(seed));
+    std::mt19937 rng(seed + 7);
+    const int64_t h = fx.config.hidden;
+    const std::vector<float> x = testing::random_activations(tokens, h, rng);
+    auto layer = make_layer(fx, tokens + 2, isa);
+    ASSERT_TRUE(layer.ok()) << layer.error().message;
+    std::vector<float> y(tokens * h, NAN);
+    const Status st = layer->forward(x.data(), tokens, y.data(), ThreadPool::global());
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    const int k = fx.config.router.top_k;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const RefToken r = ref_token(fx, x.data() + t * h);
+      for (int i = 0; i < k; ++i) {
+        ASSERT_EQ(r.ids[i], layer->ids()[t * k + i]) << "token " << t << " choice " << i;
+        EXPECT_NEAR(r.weights[i], layer->route_weights()[t * k + i], 1e-5 * std::fabs(r.weights[i]))
+            << "token " << t << " choice " << i;
+      }
+      const double scale = *std::max_element(r.scale.begin(), r.scale.end());
+      for (int64_t j = 0; j < h; ++j) {
+        ASSERT_NEAR(y[t * h + j], r.y[j], kMoeTolOfScale * scale) << "token " << t << " row " << j;
+      }
+    }
+  }
+}
+
+constexpr int64_t kHidden = 64;
+constexpr int64_t kInter = 32;
+
+TEST(MoeLayer, DeepSeekV4SqrtSoftplusBiasClampSharedFp8) {
+  const uint32_t seed = 401;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true,
+                      1.5f, 1, 1};
+  fx.config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
+  fx.config.shared_activation = fx.config.routed_activation;
+  fx.routed_format = WeightFormat::kNvfp4;
+  fx.shared_format = WeightFormat::kFp8Block128;
+  build(fx, 1, kInter, rng);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  fx.correction_bias.resize(8);
+  for (float& b : fx.correction_bias) b = normal(rng);
+  for (int64_t t : {1, 3, 17}) check_against_reference(fx, t, seed, "deepseek-v4");
+}
+
+TEST(MoeLayer, DeepSeekV3SigmoidGroupLimitedMxfp4) {
+  const uint32_t seed = 302;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {16, 4, ScoringFunc::kSigmoid, WeightRule::kScoresAtSelected, true, 2.5f,
+                      4, 2};
+  fx.routed_format = WeightFormat::kMxfp4;
+  fx.shared_format = WeightFormat::kMxfp4;
+  build(fx, 1, kInter, rng);
+  std::normal_distribution<float> normal(0.0f, 0.2f);
+  fx.correction_bias.resize(16);
+  for (float& b : fx.correction_bias) b = normal(rng);
+  for (int64_t t : {1, 3, 17}) check_against_reference(fx, t, seed, "deepseek-v3");
+}
+
+TEST(MoeLayer, DeepSeekV2SoftmaxGroupMaxWithoutBias) {
+  const uint32_t seed = 202;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, false, 1.0f,
+                      4, 2};
+  build(fx, 0, kInter, rng);
+  for (int64_t t : {1, 5}) check_against_reference(fx, t, seed, "deepseek-v2 groups");
+}
+
+TEST(MoeLayer, GptOssSoftmaxOverTopKClampedSwigluWithBiases) {
+  const uint32_t seed = 120;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 4, ScoringFunc::kSoftmax, WeightRule::kSoftmaxOfTopK, false, 1.0f, 1, 1};
+  fx.config.routed_activation = {GatedActivation::kSwiGluOai, 7.0f, 1.702f};
+  fx.routed_format = WeightFormat::kMxfp4;
+  fx.biases = true;
+  build(fx, 0, kInter, rng);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  fx.logit_bias.resize(8);
+  for (float& b : fx.logit_bias) b = normal(rng);
+  for (int64_t t : {1, 3, 17}) check_against_reference(fx, t, seed, "gpt-oss");
+}
+
+TEST(MoeLayer, Qwen3SoftmaxNormTopkProb) {
+  const uint32_t seed = 3;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
+  build(fx, 0, kInter, rng);
+  for (int64_t t : {1, 3, 17}) check_against_reference(fx, t, seed, "qwen3");
+}
+
+TEST(MoeLayer, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
+  const uint32_t seed = 77;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 1, ScoringFunc::kSigmoid, WeightRule::kScoresAtSelected, false, 1.0f,
+                      1, 1};
+  build(fx, 1, kInter, rng);
+  // A selection-only bias of +100 on expert 5 sends every token there; 7 experts get none.
+  fx.correction_bias.assign(8, 0.0f);
+  fx.correction_bias[5] = 100.0f;
+  check_against_reference(fx, 9, seed, "all on expert 5");
+  auto layer = make_layer(fx, 9, dispatch::best_host_isa());
+  ASSERT_TRUE(layer.ok());
+  std::vector<float> x = testing::random_activations(9, kHidden, rng), y(9 * kHidden);
+  ASSERT_TRUE(layer->forward(x.data(), 9, y.data(), ThreadPool::global()).ok());
+  for (int32_t id : layer->ids()) EXPECT_EQ(id, 5);
+  // Bytes read: expert 5 once for all 9 tokens, plus the shared expert.
+  const size_t one = fx.experts[5]->gate.packed.streamed_bytes() +
+                     fx.experts[5]->up.packed.streamed_bytes() +
+                     fx.experts[5]->down.packed.streamed_bytes();
+  const size_t shared = fx.shared[0]->gate.packed.streamed_bytes() +
+                        fx.shared[0]->up.packed.streamed_bytes() +
+                        fx.shared[0]->down.packed.streamed_bytes();
+  EXPECT_EQ(layer->last_bytes_read(), one + shared);
+}
+
+TEST(MoeLayer, TopKEqualsNumberOfExperts) {
+  const uint32_t seed = 44;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {4, 4, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
+  build(fx, 0, kInter, rng);
+  for (int64_t t : {1, 6}) check_against_reference(fx, t, seed, "top_k = E");
+}
+
+// ---- Router selection rules on hand-made logits ----------------------------------------------
+
+TEST(Router, GroupLimitExcludesTheBestExpertOfAWeakGroup) {
+  RouterConfig c{8, 2, ScoringFunc::kSigmoid, WeightRule::kScoresAtSelected, true, 1.0f, 4, 2};
+  std::vector<float> w(8, 0.0f), bias(8, 0.0f);
+  // Groups {0,1} {2,3} {4,5} {6,7}. Expert 0 has the best score but its partner is poor, so
+  // group 0's top-2 sum loses to groups 2 and 3.
+  const float logits[8] = {5.0f, -5.0f, 0.0f, 0.0f, 2.0f, 2.0f, 1.5f, 1.5f};
+  int32_t ids[2];
+  float weights[2];
+  std::vector<float> scratch(router_scratch_floats(c));
+  route_logits(c, RouterWeights{w, {}, bias}, logits, ids, weights, scratch);
+  EXPECT_EQ(ids[0], 4);
+  EXPECT_EQ(ids[1], 5);
+  EXPECT_NEAR(weights[0] + weights[1], 1.0f, 1e-6f);
+  // Without the bias the group score is the max: group 0 (expert 0) now wins a place.
+  route_logits(c, RouterWeights{w, {}, {}}, logits, ids, weights, scratch);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 4);
+}
+
+TEST(Router, TiesGoToTheLowerIndexAndBiasOnlySelects) {
+  RouterConfig c{4, 2, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, false, 2.0f, 1,
+                 1};
+  std::vector<float> w(4, 0.0f), bias = {0.0f, 0.0f, 0.0f, 1.5f};
+  const float logits[4] = {1.0f, 1.0f, 1.0f, -30.0f};
+  int32_t ids[2];
+  float weights[2];
+  std::vector<float> scratch(router_scratch_floats(c));
+  route_logits(c, RouterWeights{w, {}, bias}, logits, ids, weights, scratch);
+  EXPECT_EQ(ids[0], 3);  // sqrt(softplus(-30)) + 1.5 beats sqrt(softplus(1)) = 1.146
+  EXPECT_EQ(ids[1], 0);  // three-way tie: lowest index
+  EXPECT_NEAR(weights[0], 2.0 * std::sqrt(std::log1p(std::exp(-30.0))), 1e-9);
+  EXPECT_NEAR(weights[1], 2.0 * std::sqrt(std::log1p(std::exp(1.0))), 1e-5);
+}
+
+// ---- Bad configurations are errors, not crashes ----------------------------------------------
+
+TEST(MoeLayer, RejectsBadConfigurations) {
+  std::mt19937 rng(9);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {4, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, false, 1.0f, 1, 1};
+  build(fx, 0, kInter, rng);
+  const kernels::Isa isa = dispatch::best_host_isa();
+  {
+    Fixture bad = std::move(fx);
+    bad.config.router.top_k = 5;
+    EXPECT_FALSE(make_layer(bad, 4, isa).ok());
+    bad.config.router.top_k = 2;
+    bad.config.router.n_group = 3;
+    EXPECT_FALSE(make_layer(bad, 4, isa).ok());
+    bad.config.router.n_group = 2;
+    bad.config.router.topk_group = 3;
+    EXPECT_FALSE(make_layer(bad, 4, isa).ok());
+    bad.config.router.n_group = 1;
+    bad.config.router.topk_group = 1;
+    bad.router_w.pop_back();
+    auto r = make_layer(bad, 4, isa);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("router weight"), std::string::npos) << r.error().message;
+    bad.router_w.push_back(0.0f);
+    bad.config.hidden = kHidden * 2;  // expert shapes no longer fit
+    bad.router_w.resize(4 * kHidden * 2);
+    EXPECT_FALSE(make_layer(bad, 4, isa).ok());
+    bad.config.hidden = kHidden;
+    bad.router_w.resize(4 * kHidden);
+    auto good = make_layer(bad, 4, isa);
+    ASSERT_TRUE(good.ok()) << good.error().message;
+    std::vector<float> x(5 * kHidden), y(5 * kHidden);
+    EXPECT_FALSE(good->forward(x.data(), 5, y.data(), ThreadPool::global()).ok());
+    EXPECT_FALSE(good->forward(x.data(), 0, y.data(), ThreadPool::global()).ok());
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe::moe
