@@ -1,4 +1,5 @@
-// `fp4moe convert SRC DST --to nvfp4`: lossless MXFP4 -> NVFP4 of a checkpoint's routed experts.
+// `fp4moe convert SRC DST --to nvfp4|mxfp4`: MXFP4 -> NVFP4 losslessly, BF16/FP8 -> NVFP4 by the
+// ModelOpt recipe, BF16/FP8 -> MXFP4 by the OCP rule; the routed experts by default.
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -64,14 +65,8 @@ class ProgressPrinter {
 };
 
 int run_convert(const ConvertArgs& args) {
-  if (args.to != "nvfp4") {
-    fmt::print(stderr,
-               "fp4moe convert: --to {} is not available yet: this version converts MXFP4 "
-               "checkpoints to NVFP4 (--to nvfp4)\n",
-               args.to);
-    return 2;
-  }
   convert::ConvertOptions options;
+  options.to = args.to == "mxfp4" ? convert::TargetFormat::kMxfp4 : convert::TargetFormat::kNvfp4;
   if (!args.modules.empty()) options.module_patterns = args.modules;
   options.force = args.force;
   options.max_shard_bytes = static_cast<uint64_t>(args.max_shard_gb * 1e9);
@@ -80,7 +75,7 @@ int run_convert(const ConvertArgs& args) {
   options.on_progress = [&printer](const convert::ConvertProgress& p) { printer(p); };
   auto previous = std::signal(SIGINT, on_interrupt);
   auto previous_term = std::signal(SIGTERM, on_interrupt);
-  auto result = convert::convert_mxfp4_to_nvfp4(args.source, args.destination, options);
+  auto result = convert::convert_checkpoint(args.source, args.destination, options);
   std::signal(SIGINT, previous);
   std::signal(SIGTERM, previous_term);
   if (!result.ok()) {
@@ -95,6 +90,9 @@ int run_convert(const ConvertArgs& args) {
         {"destination", args.destination},
         {"to", args.to},
         {"modules_converted", s.modules_converted},
+        {"modules_transcoded_losslessly", s.modules_transcoded},
+        {"modules_quantized", s.modules_quantized},
+        {"max_quantize_rel_error", s.max_quantize_rel_error},
         {"tensors_copied", s.tensors_copied},
         {"bytes_read", s.bytes_read},
         {"bytes_written", s.bytes_written},
@@ -113,20 +111,32 @@ int run_convert(const ConvertArgs& args) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("converted {} modules MXFP4 -> NVFP4, copied {} tensors, {:.2f} GB in {:.1f} s\n",
-             s.modules_converted, s.tensors_copied, s.bytes_read / 1e9, s.seconds);
   fmt::print(
-      "blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error {:.3g}, "
-      "max rel error {:.3g})\n",
-      r.blocks_total, r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error,
-      r.max_rel_error);
-  fmt::print("wrote {} (config.json and hf_quant_config.json: NVFP4 routed experts, weight-only)\n",
-             args.destination);
+      "converted {} modules to {} ({} MXFP4 transcoded losslessly, {} quantized), copied {} "
+      "tensors, {:.2f} GB in {:.1f} s\n",
+      s.modules_converted, args.to, s.modules_transcoded, s.modules_quantized, s.tensors_copied,
+      s.bytes_read / 1e9, s.seconds);
+  if (s.modules_transcoded > 0) {
+    fmt::print(
+        "transcode blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error "
+        "{:.3g}, max rel error {:.3g})\n",
+        r.blocks_total, r.blocks_lossless, r.blocks_all_zero, r.blocks_requantized, r.max_abs_error,
+        r.max_rel_error);
+  }
+  if (s.modules_quantized > 0) {
+    fmt::print(
+        "quantized modules: worst relative L2 error {:.4f} against their exact values ({})\n",
+        s.max_quantize_rel_error,
+        args.to == "nvfp4" ? "NVIDIA ModelOpt NVFP4 recipe" : "OCP MXFP4, floor scales");
+  }
+  fmt::print("wrote {} ({})\n", args.destination,
+             args.to == "nvfp4" ? "config.json and hf_quant_config.json: W4A16_NVFP4, weight-only"
+                                : "config.json: expert_dtype fp4, DeepSeek-V4 stock layout");
   return 0;
 }
 
 const CommandRegistrar kConvert{
-    {"convert", "Convert a checkpoint's MXFP4 modules to NVFP4 losslessly",
+    {"convert", "Convert a checkpoint's modules to NVFP4 (MXFP4 losslessly) or to MXFP4",
      [](CLI::App& app) {
        auto args = std::make_shared<ConvertArgs>();
        app.add_option("SRC", args->source, "source checkpoint directory (never modified)")

@@ -186,7 +186,7 @@ int run_demo(const DemoArgs& args) {
   fmt::print("\n2. fp4moe convert --to nvfp4 (lossless: nibbles kept, scales rewritten)\n");
   convert::ConvertOptions convert_options;
   t = Clock::now();
-  auto report = convert::convert_mxfp4_to_nvfp4(stock, converted, convert_options);
+  auto report = convert::convert_checkpoint(stock, converted, convert_options);
   if (!report.ok()) return fail(report.error());
   const auto& r = report->report;
   fmt::print(

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -16,6 +17,8 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/writer.h"
 #include "detect/directory.h"
+#include "formats/block.h"
+#include "formats/scalar.h"
 
 namespace fp4moe::convert {
 namespace {
@@ -91,15 +94,30 @@ bool is_file_hole(const CheckpointDir& dir, const CheckpointTensor& t) {
   return hole;
 }
 
-struct Mxfp4Module {
+enum class SourceKind { kMxfp4, kFloat, kFp8Block };
+
+std::string_view source_kind_name(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::kMxfp4:
+      return "MXFP4";
+    case SourceKind::kFloat:
+      return "BF16";
+    case SourceKind::kFp8Block:
+      return "FP8 block-128";
+  }
+  return "?";
+}
+
+struct Module {
   std::string name;
+  SourceKind kind = SourceKind::kFloat;
   const CheckpointTensor* weight = nullptr;
-  const CheckpointTensor* scale = nullptr;
-  int64_t rows = 0, cols = 0;  // logical [N, K]
+  const CheckpointTensor* scale = nullptr;  // block scales of MXFP4 / FP8; null for BF16
+  int64_t rows = 0, cols = 0;               // logical [N, K]
   size_t group = 0;
-  std::vector<uint8_t> packed, block_scales;  // NVFP4 output, alive until written
-  float tensor_scale = 0.0f;
-  bool hole = false;  // weight and scale are file holes: all zeros, written as holes
+  std::vector<uint8_t> packed, block_scales;  // output, alive until written
+  float tensor_scale = 1.0f;
+  bool hole = false;  // the source is file holes (all zeros): outputs written as holes
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -108,41 +126,79 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// A module is MXFP4 in the DeepSeek-V4 layout: weight I8/U8 [N, K/2] + scale E8M0/U8 [N, K/32].
-Result<std::vector<Mxfp4Module>> find_mxfp4_modules(const CheckpointDir& dir,
-                                                    const std::vector<std::string>& patterns) {
-  std::vector<Mxfp4Module> modules;
+std::string describe_tensor(const CheckpointTensor* t) {
+  return std::string(checkpoint::dtype_name(t->info->dtype)) + " " + shape_text(t->info->shape);
+}
+
+// Classifies the storage of `module` from its tensors, or explains why it cannot be converted.
+Result<Module> classify_module(const CheckpointDir& dir, const CheckpointTensor& weight,
+                               const std::string& module, TargetFormat to) {
+  const auto& w = *weight.info;
+  const auto* scale = dir.find(module + ".scale");
+  const auto* scale_inv = dir.find(module + ".weight_scale_inv");
+  Module m;
+  m.name = module;
+  m.weight = &weight;
+  const auto fail = [&](const std::string& why) {
+    return Error{dir.path().string() + ": module '" + module + "' (weight " +
+                 describe_tensor(&weight) + (scale ? ", scale " + describe_tensor(scale) : "") +
+                 "): " + why + "; cannot convert it to " +
+                 (to == TargetFormat::kNvfp4 ? "NVFP4" : "MXFP4")};
+  };
+  if (w.shape.size() != 2) return fail("not a 2-D linear weight");
+  if ((w.dtype == DType::I8 || w.dtype == DType::U8) && scale != nullptr &&
+      (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
+      scale->info->shape.size() == 2 && scale->info->shape[0] == w.shape[0] &&
+      scale->info->shape[1] * 16 == w.shape[1]) {
+    m.kind = SourceKind::kMxfp4;
+    m.scale = scale;
+    m.rows = w.shape[0];
+    m.cols = w.shape[1] * 2;
+  } else if (w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::F32) {
+    m.kind = SourceKind::kFloat;
+    m.rows = w.shape[0];
+    m.cols = w.shape[1];
+  } else if (w.dtype == DType::F8_E4M3 &&
+             ((scale != nullptr && scale->info->dtype == DType::F8_E8M0) ||
+              (scale_inv != nullptr && scale_inv->info->dtype == DType::F32))) {
+    m.kind = SourceKind::kFp8Block;
+    m.scale = scale != nullptr ? scale : scale_inv;
+    m.rows = w.shape[0];
+    m.cols = w.shape[1];
+    if (m.scale->info->element_count !=
+        static_cast<uint64_t>(formats::fp8_block_scale_count(m.rows, m.cols))) {
+      return fail("FP8 scale grid is not [ceil(N/128), ceil(K/128)]");
+    }
+  } else if (w.dtype == DType::U8 && dir.find(module + ".weight_scale") != nullptr) {
+    return fail("already NVFP4 (ModelOpt layout)");
+  } else {
+    return fail("not MXFP4, BF16/F16/F32 or FP8 block-128");
+  }
+  if (to == TargetFormat::kMxfp4 && m.kind == SourceKind::kMxfp4) {
+    return fail(std::string("already ") + std::string(source_kind_name(m.kind)));
+  }
+  const int block = to == TargetFormat::kNvfp4 ? 16 : 32;
+  if (m.cols % block != 0) {
+    return fail("K = " + std::to_string(m.cols) + " is not a multiple of the block size " +
+                std::to_string(block));
+  }
+  return m;
+}
+
+Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
+                                         const std::vector<std::string>& patterns,
+                                         TargetFormat to) {
+  std::vector<Module> modules;
   std::map<std::string, size_t> groups;
   for (const auto& t : dir.tensors()) {
     const std::string& name = t.info->name;
     if (!ends_with(name, ".weight")) continue;
     const std::string module = name.substr(0, name.size() - 7);
     if (!matches_any(module, patterns)) continue;
-    const CheckpointTensor* scale = dir.find(module + ".scale");
-    const auto& w = *t.info;
-    const bool weight_ok = (w.dtype == DType::I8 || w.dtype == DType::U8) && w.shape.size() == 2;
-    const bool scale_ok =
-        scale != nullptr &&
-        (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
-        scale->info->shape.size() == 2 && weight_ok && scale->info->shape[0] == w.shape[0] &&
-        scale->info->shape[1] * 16 == w.shape[1];
-    if (!scale_ok) {
-      return Error{dir.path().string() + ": module '" + module + "' matches --modules but is not " +
-                   "MXFP4 (weight " + std::string(checkpoint::dtype_name(w.dtype)) + " " +
-                   shape_text(w.shape) +
-                   (scale ? ", scale " + std::string(checkpoint::dtype_name(scale->info->dtype)) +
-                                " " + shape_text(scale->info->shape)
-                          : ", no .scale tensor") +
-                   "); this converter reads MXFP4 (packed weight + E8M0 scale per 32)"};
-    }
-    Mxfp4Module m;
-    m.name = module;
-    m.weight = &t;
-    m.scale = scale;
-    m.rows = w.shape[0];
-    m.cols = w.shape[1] * 2;
-    m.group = groups.emplace(group_key(module), groups.size()).first->second;
-    modules.push_back(std::move(m));
+    auto m = classify_module(dir, t, module, to);
+    if (!m.ok()) return m.error();
+    m->group = groups.emplace(group_key(module), groups.size()).first->second;
+    modules.push_back(std::move(*m));
   }
   if (modules.empty()) {
     std::string list;
@@ -152,48 +208,171 @@ Result<std::vector<Mxfp4Module>> find_mxfp4_modules(const CheckpointDir& dir,
   return modules;
 }
 
-Status transcode_group(const CheckpointDir& dir, std::vector<Mxfp4Module*>& members,
-                       formats::TranscodeReport& total) {
-  // A group stored as file holes is all zeros: its NVFP4 form is zero nibbles, and zero block
-  // scales dequantize those to the same zeros, so it stays a hole (tensor scale 1).
-  const bool all_holes = std::all_of(members.begin(), members.end(), [&](const Mxfp4Module* m) {
-    return is_file_hole(dir, *m->weight) && is_file_hole(dir, *m->scale);
-  });
-  if (all_holes) {
-    for (Mxfp4Module* m : members) {
-      m->hole = true;
-      m->tensor_scale = 1.0f;
-      const auto blocks = static_cast<int64_t>(m->weight->info->byte_size() / 8);
-      total.blocks_total += blocks;
-      total.blocks_all_zero += blocks;
+Result<std::span<const uint8_t>> bytes_of(const CheckpointDir& dir, const CheckpointTensor& t) {
+  auto data = dir.data(t);
+  if (!data.ok()) return data.error();
+  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data->data()), data->size());
+}
+
+// The module's exact values in float32 (BF16/F16 widen exactly; FP8 and MXFP4 dequantize exactly).
+Result<std::vector<float>> module_values(const CheckpointDir& dir, const Module& m) {
+  auto w = bytes_of(dir, *m.weight);
+  if (!w.ok()) return w.error();
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  const std::string& name = m.weight->info->name;
+  switch (m.kind) {
+    case SourceKind::kFloat:
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t h = 0;
+        switch (m.weight->info->dtype) {
+          case DType::F32:
+            std::memcpy(&out[i], w->data() + 4 * i, 4);
+            break;
+          case DType::BF16:
+            std::memcpy(&h, w->data() + 2 * i, 2);
+            out[i] = formats::decode_bf16(h);
+            break;
+          default:
+            std::memcpy(&h, w->data() + 2 * i, 2);
+            out[i] = formats::decode_fp16(h);
+            break;
+        }
+      }
+      return out;
+    case SourceKind::kFp8Block: {
+      auto s = bytes_of(dir, *m.scale);
+      if (!s.ok()) return s.error();
+      Status st;
+      if (m.scale->info->dtype == DType::F8_E8M0) {
+        st = formats::dequantize_fp8_block128_ue8m0(name, *w, *s, m.rows, m.cols, out);
+      } else {  // F32 scale_inv, copied: safetensors offsets need not be 4-byte aligned
+        std::vector<float> scales(s->size() / 4);
+        std::memcpy(scales.data(), s->data(), scales.size() * 4);
+        st = formats::dequantize_fp8_block128(name, *w, scales, m.rows, m.cols, out);
+      }
+      if (!st.ok()) return st.error();
+      return out;
     }
-    return Status::Ok();
+    case SourceKind::kMxfp4: {
+      auto s = bytes_of(dir, *m.scale);
+      if (!s.ok()) return s.error();
+      const Status st = formats::dequantize_mxfp4(name, *w, *s, m.rows, m.cols, out);
+      if (!st.ok()) return st.error();
+      return out;
+    }
   }
+  return out;
+}
+
+bool module_is_hole(const CheckpointDir& dir, const Module& m) {
+  return is_file_hole(dir, *m.weight) && (m.scale == nullptr || is_file_hole(dir, *m.scale));
+}
+
+// MXFP4 -> NVFP4 of a group sharing one tensor scale: nibbles kept, scales rewritten.
+Status transcode_group(const CheckpointDir& dir, std::vector<Module*>& members,
+                       ConvertSummary& summary) {
   std::vector<formats::Mxfp4Source> sources;
   std::vector<formats::Nvfp4Destination> destinations;
-  for (Mxfp4Module* m : members) {
-    auto packed = dir.data(*m->weight);
+  for (Module* m : members) {
+    auto packed = bytes_of(dir, *m->weight);
     if (!packed.ok()) return packed.error();
-    auto scales = dir.data(*m->scale);
+    auto scales = bytes_of(dir, *m->scale);
     if (!scales.ok()) return scales.error();
     m->packed.resize(packed->size());
     m->block_scales.resize(packed->size() / 8);
-    sources.push_back({m->weight->info->name,
-                       {reinterpret_cast<const uint8_t*>(packed->data()), packed->size()},
-                       {reinterpret_cast<const uint8_t*>(scales->data()), scales->size()},
-                       m->rows,
-                       m->cols});
+    sources.push_back({m->weight->info->name, *packed, *scales, m->rows, m->cols});
     destinations.push_back({m->packed, m->block_scales});
   }
   auto report = formats::transcode_mxfp4_to_nvfp4(sources, destinations);
   if (!report.ok()) return Error{dir.path().string() + ": " + report.error().message};
-  for (Mxfp4Module* m : members) m->tensor_scale = report->tensor_scale;
-  total.merge(*report);
+  for (Module* m : members) m->tensor_scale = report->tensor_scale;
+  summary.report.merge(*report);
+  summary.modules_transcoded += members.size();
   return Status::Ok();
 }
 
-std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& dir,
-                                                          const std::vector<Mxfp4Module>& modules) {
+// BF16 / FP8 (or MXFP4 to MXFP4's sibling) values quantized by the published recipes; the error of
+// each module is measured against its exact values.
+Status quantize_group(const CheckpointDir& dir, std::vector<Module*>& members, TargetFormat to,
+                      ConvertSummary& summary) {
+  std::vector<std::vector<float>> values;
+  float amax = 0.0f;
+  for (Module* m : members) {
+    auto v = module_values(dir, *m);
+    if (!v.ok()) return v.error();
+    for (float x : *v) {
+      if (!std::isfinite(x)) break;  // the quantizer reports the position
+      amax = std::max(amax, std::fabs(x));
+    }
+    values.push_back(std::move(*v));
+  }
+  // w1 and w3 share weight_scale_2 = max(amax(w1), amax(w3)) / (6 * 448): one fused GEMM.
+  const float tensor_scale = formats::nvfp4_tensor_scale_from_amax(amax);
+  for (size_t i = 0; i < members.size(); ++i) {
+    Module& m = *members[i];
+    const std::vector<float>& x = values[i];
+    const std::string& name = m.weight->info->name;
+    m.packed.resize(x.size() / 2);
+    std::vector<float> back(x.size());
+    Status st;
+    if (to == TargetFormat::kNvfp4) {
+      m.block_scales.resize(x.size() / 16);
+      m.tensor_scale = tensor_scale;
+      st = formats::quantize_nvfp4(name, x, m.rows, m.cols, tensor_scale, m.packed, m.block_scales);
+      if (st.ok()) {
+        st = formats::dequantize_nvfp4(name, m.packed, m.block_scales, tensor_scale, m.rows, m.cols,
+                                       back);
+      }
+    } else {
+      m.block_scales.resize(x.size() / 32);
+      st = formats::quantize_mxfp4(name, x, m.rows, m.cols, formats::MxScaleRule::kOcpFloor,
+                                   m.packed, m.block_scales);
+      if (st.ok())
+        st = formats::dequantize_mxfp4(name, m.packed, m.block_scales, m.rows, m.cols, back);
+    }
+    if (!st.ok()) return Error{dir.path().string() + ": " + st.error().message};
+    double err2 = 0, ref2 = 0;
+    for (size_t j = 0; j < x.size(); ++j) {
+      const double d = static_cast<double>(back[j]) - x[j];
+      err2 += d * d;
+      ref2 += static_cast<double>(x[j]) * x[j];
+    }
+    if (ref2 > 0)
+      summary.max_quantize_rel_error =
+          std::max(summary.max_quantize_rel_error, std::sqrt(err2 / ref2));
+  }
+  summary.modules_quantized += members.size();
+  return Status::Ok();
+}
+
+Status convert_group(const CheckpointDir& dir, std::vector<Module*>& members, TargetFormat to,
+                     ConvertSummary& summary) {
+  // A group stored as file holes is all zeros: zero codes with zero scales dequantize to the same
+  // zeros, so it stays a hole (tensor scale 1).
+  if (std::all_of(members.begin(), members.end(),
+                  [&](const Module* m) { return module_is_hole(dir, *m); })) {
+    for (Module* m : members) {
+      m->hole = true;
+      m->tensor_scale = 1.0f;
+      const auto blocks = m->rows * m->cols / 16;
+      if (m->kind == SourceKind::kMxfp4) {
+        summary.report.blocks_total += blocks;
+        summary.report.blocks_all_zero += blocks;
+        ++summary.modules_transcoded;
+      } else {
+        ++summary.modules_quantized;
+      }
+    }
+    return Status::Ok();
+  }
+  const bool all_mxfp4 = std::all_of(members.begin(), members.end(),
+                                     [](const Module* m) { return m->kind == SourceKind::kMxfp4; });
+  if (to == TargetFormat::kNvfp4 && all_mxfp4) return transcode_group(dir, members, summary);
+  return quantize_group(dir, members, to, summary);
+}
+
+std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(
+    const CheckpointDir& dir, const std::vector<Module>& modules) {
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& m : modules) {
     layers[container_of(m.name)] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
@@ -228,8 +407,16 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_configs(const CheckpointDir& d
        {{"targets", {"Linear"}},
         {"weights", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}}},
         {"input_activations", nullptr}}}};
+  // NVIDIA's exclusions for DeepSeek-V4, less any the user chose to convert with --modules.
   nlohmann::json ignore = nlohmann::json::array();
-  if (deepseek_v4) ignore = {"*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"};
+  if (deepseek_v4) {
+    for (const char* pattern : {"*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"}) {
+      const bool converted = std::any_of(modules.begin(), modules.end(), [&](const Module& m) {
+        return fnmatch(pattern, (m.name + ".weight").c_str(), 0) == 0;
+      });
+      if (!converted) ignore.push_back(pattern);
+    }
+  }
   qc["ignore"] = ignore;
   config["quantization_config"] = qc;
   nlohmann::json hf_quant = {{"producer", producer},
@@ -247,10 +434,39 @@ std::span<const std::byte> as_bytes_of(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v));
 }
 
+// DeepSeek-V4's stock dialect marks MXFP4 routed experts with the top-level `expert_dtype: fp4`
+// and nothing else, so only that model family, and only all of its routed experts, can be written.
+Result<nlohmann::json> rewrite_mxfp4_config(const CheckpointDir& dir,
+                                            const std::vector<Module>& modules) {
+  nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
+  if (config.value("model_type", "") != "deepseek_v4") {
+    return Error{dir.path().string() +
+                 "/config.json: --to mxfp4 writes DeepSeek-V4's stock layout "
+                 "(expert_dtype: fp4); model_type '" +
+                 config.value("model_type", "") + "' has no MXFP4 dialect in this converter"};
+  }
+  std::map<std::string, bool> converted;
+  for (const auto& m : modules) converted[m.name] = true;
+  for (const auto& t : dir.tensors()) {
+    const std::string& name = t.info->name;
+    if (!ends_with(name, ".weight")) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    const bool routed = fnmatch("layers.*.ffn.experts.*", module.c_str(), 0) == 0;
+    if (routed != (converted.count(module) > 0)) {
+      return Error{dir.path().string() + ": module '" + module +
+                   "': DeepSeek-V4's expert_dtype "
+                   "covers exactly the routed experts (layers.*.ffn.experts.*); convert all of "
+                   "them and nothing else to MXFP4"};
+    }
+  }
+  config["expert_dtype"] = "fp4";
+  return config;
+}
+
 }  // namespace
 
-Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::path& destination,
-                                              const ConvertOptions& options) {
+Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path& destination,
+                                          const ConvertOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   if (!fs::is_directory(source, ec)) {
@@ -264,8 +480,7 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
     const auto dst = fs::canonical(destination, ec);
     if (checkpoint::path_is_inside(src, dst) || checkpoint::path_is_inside(dst, src)) {
       return Error{destination.string() +
-                   ": refusing to replace a destination that is or holds "
-                   "the source " +
+                   ": refusing to replace a destination that is or holds the source " +
                    source.string()};
     }
   }
@@ -281,71 +496,85 @@ Result<ConvertSummary> convert_mxfp4_to_nvfp4(const fs::path& source, const fs::
   }
   auto dir = CheckpointDir::open(source);
   if (!dir.ok()) return dir.error();
-  auto found = find_mxfp4_modules(*dir, options.module_patterns);
+  auto found = find_modules(*dir, options.module_patterns, options.to);
   if (!found.ok()) return found.error();
-  std::vector<Mxfp4Module> modules = std::move(*found);
+  std::vector<Module> modules = std::move(*found);
+  const bool to_nvfp4 = options.to == TargetFormat::kNvfp4;
+
+  ConvertSummary summary;
+  checkpoint::WriterOptions writer_options;
+  writer_options.max_shard_bytes = options.max_shard_bytes;
+  writer_options.source_dir = source;
+  if (to_nvfp4) {
+    std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(*dir, modules);
+    writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
+  } else {
+    auto config = rewrite_mxfp4_config(*dir, modules);
+    if (!config.ok()) return config.error();
+    summary.config = std::move(*config);
+  }
+  writer_options.files["config.json"] = summary.config.dump(2) + "\n";
 
   std::map<std::string, size_t> module_of_weight, module_of_scale;
   for (size_t i = 0; i < modules.size(); ++i) {
     module_of_weight[modules[i].weight->info->name] = i;
-    module_of_scale[modules[i].scale->info->name] = i;
+    if (modules[i].scale != nullptr) module_of_scale[modules[i].scale->info->name] = i;
   }
-  // The plan: source order; a converted weight becomes its three ModelOpt tensors.
+  // The plan: source order; a converted weight becomes the target's tensors, its scales dropped.
   std::vector<TensorSpec> plan;
   for (const auto& t : dir->tensors()) {
     const std::string& name = t.info->name;
     if (module_of_scale.count(name)) continue;
     if (auto it = module_of_weight.find(name); it != module_of_weight.end()) {
       const auto& m = modules[it->second];
-      plan.push_back({m.name + ".weight", DType::U8, {m.rows, m.cols / 2}});
-      plan.push_back({m.name + ".weight_scale", DType::F8_E4M3, {m.rows, m.cols / 16}});
-      plan.push_back({m.name + ".weight_scale_2", DType::F32, {}});
+      if (to_nvfp4) {
+        plan.push_back({m.name + ".weight", DType::U8, {m.rows, m.cols / 2}});
+        plan.push_back({m.name + ".weight_scale", DType::F8_E4M3, {m.rows, m.cols / 16}});
+        plan.push_back({m.name + ".weight_scale_2", DType::F32, {}});
+      } else {
+        plan.push_back({m.name + ".weight", DType::I8, {m.rows, m.cols / 2}});
+        plan.push_back({m.name + ".scale", DType::F8_E8M0, {m.rows, m.cols / 32}});
+      }
     } else {
       plan.push_back({name, t.info->dtype, t.info->shape});
     }
   }
-  ConvertSummary summary;
-  std::tie(summary.config, summary.hf_quant_config) = rewrite_configs(*dir, modules);
-
-  checkpoint::WriterOptions writer_options;
-  writer_options.max_shard_bytes = options.max_shard_bytes;
-  writer_options.source_dir = source;
-  writer_options.files = {{"config.json", summary.config.dump(2) + "\n"},
-                          {"hf_quant_config.json", summary.hf_quant_config.dump(2) + "\n"}};
   if (options.force && fs::exists(destination, ec)) fs::remove_all(destination, ec);
   auto writer = checkpoint::CheckpointWriter::create(destination, plan, writer_options);
   if (!writer.ok()) return writer.error();
 
-  std::vector<std::vector<Mxfp4Module*>> groups;
+  std::vector<std::vector<Module*>> groups;
   for (auto& m : modules) {
     if (groups.size() <= m.group) groups.resize(m.group + 1);
     groups[m.group].push_back(&m);
   }
   std::vector<bool> group_done(groups.size(), false);
   ConvertProgress progress{0, dir->total_tensor_bytes(), 0, dir->tensors().size()};
+  const std::string scale_name = to_nvfp4 ? ".weight_scale" : ".scale";
   for (const auto& t : dir->tensors()) {
     if (options.cancel != nullptr && options.cancel->load()) {
       return Error{destination.string() + ": interrupted; nothing was written"};
     }
     const std::string& name = t.info->name;
     if (auto it = module_of_weight.find(name); it != module_of_weight.end()) {
-      Mxfp4Module& m = modules[it->second];
+      Module& m = modules[it->second];
       if (!group_done[m.group]) {
-        FP4MOE_RETURN_IF_ERROR(transcode_group(*dir, groups[m.group], summary.report));
+        FP4MOE_RETURN_IF_ERROR(convert_group(*dir, groups[m.group], options.to, summary));
         group_done[m.group] = true;
       }
       if (m.hole) {
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight"));
-        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight_scale"));
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + scale_name));
       } else {
         FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_bytes_of(m.packed)));
-        FP4MOE_RETURN_IF_ERROR(
-            writer->write(m.name + ".weight_scale", as_bytes_of(m.block_scales)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + scale_name, as_bytes_of(m.block_scales)));
       }
-      FP4MOE_RETURN_IF_ERROR(
-          writer->write(m.name + ".weight_scale_2", std::as_bytes(std::span(&m.tensor_scale, 1))));
+      if (to_nvfp4) {
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale_2",
+                                             std::as_bytes(std::span(&m.tensor_scale, 1))));
+      }
       summary.bytes_written +=
-          m.weight->info->byte_size() + m.weight->info->byte_size() / 8 + sizeof(float);
+          static_cast<uint64_t>(m.rows * m.cols) / (to_nvfp4 ? 16 : 32) * (to_nvfp4 ? 9 : 17);
       std::vector<uint8_t>().swap(m.packed);  // keep memory to the groups in flight
       std::vector<uint8_t>().swap(m.block_scales);
       ++summary.modules_converted;

@@ -1,5 +1,8 @@
-// Checkpoint conversion: MXFP4 -> NVFP4 without loss (formats/transcode.h), streamed tensor by
-// tensor through checkpoint/writer.h, with the configs rewritten in the dialect engines read.
+// Checkpoint conversion, streamed tensor by tensor through checkpoint/writer.h with the configs
+// rewritten in the dialect engines read:
+//   MXFP4 -> NVFP4  without loss (formats/transcode.h)
+//   BF16 or FP8 block -> NVFP4  by NVIDIA ModelOpt's recipe (formats/block.h)
+//   BF16 or FP8 block -> MXFP4  by the OCP rule, in DeepSeek-V4's stock layout
 #pragma once
 
 #include <atomic>
@@ -27,7 +30,10 @@ struct ConvertProgress {
   size_t tensors_total = 0;
 };
 
+enum class TargetFormat { kNvfp4, kMxfp4 };
+
 struct ConvertOptions {
+  TargetFormat to = TargetFormat::kNvfp4;
   std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
   bool force = false;  // replace an existing destination
   uint64_t max_shard_bytes = 5'000'000'000;
@@ -36,8 +42,11 @@ struct ConvertOptions {
 };
 
 struct ConvertSummary {
-  formats::TranscodeReport report;  // all groups merged
+  formats::TranscodeReport report;  // MXFP4 -> NVFP4 transcodes, all groups merged
   size_t modules_converted = 0;
+  size_t modules_transcoded = 0;      // of which MXFP4 -> NVFP4, losslessly
+  size_t modules_quantized = 0;       // of which quantized from BF16 / FP8 values
+  double max_quantize_rel_error = 0;  // worst ||dequant(q) - w|| / ||w|| of a quantized module
   size_t tensors_copied = 0;
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
@@ -46,12 +55,13 @@ struct ConvertSummary {
   nlohmann::json hf_quant_config;  // the hf_quant_config.json written
 };
 
-// Converts the MXFP4 modules of `source` matching the patterns to NVFP4 (ModelOpt tensor names:
-// weight U8, weight_scale F8_E4M3 per 16, weight_scale_2 F32; the source's `.scale` dropped) and
-// copies everything else verbatim. w1/w3 (gate/up) of one expert share one weight_scale_2.
+// Converts the modules of `source` matching the patterns and copies everything else verbatim.
+// NVFP4 output uses ModelOpt's tensor names (weight U8, weight_scale F8_E4M3 per 16,
+// weight_scale_2 F32); w1/w3 (gate/up) of one expert share one weight_scale_2. MXFP4 output uses
+// DeepSeek-V4's (weight I8, scale F8_E8M0 per 32). The source's own scale tensors are dropped.
 // Errors name the module and reason; on any error or cancel the destination does not exist.
-Result<ConvertSummary> convert_mxfp4_to_nvfp4(const std::filesystem::path& source,
-                                              const std::filesystem::path& destination,
-                                              const ConvertOptions& options);
+Result<ConvertSummary> convert_checkpoint(const std::filesystem::path& source,
+                                          const std::filesystem::path& destination,
+                                          const ConvertOptions& options);
 
 }  // namespace fp4moe::convert

@@ -130,13 +130,17 @@ def test_convert_bad_input(tmp_path, rng):
     (tmp_path / "exists").mkdir()
     exists = run("convert", src, tmp_path / "exists", check=False)
     assert exists.returncode == 1 and "--force" in exists.stderr
-    not_mx = run("convert", src, tmp_path / "o2", "--modules", "layers.*.attn.*", check=False)
-    assert not_mx.returncode == 1 and "layers.0.attn.wq_a" in not_mx.stderr and "not MXFP4" in not_mx.stderr
+    run("convert", src, tmp_path / "nv")
+    again = run("convert", tmp_path / "nv", tmp_path / "o2", check=False)
+    assert again.returncode == 1 and "layers.0.ffn.experts.0.w1" in again.stderr
+    assert "already NVFP4" in again.stderr
+    to_mx = run("convert", src, tmp_path / "o5", "--to", "mxfp4", check=False)
+    assert to_mx.returncode == 1 and "already MXFP4" in to_mx.stderr
     nothing = run("convert", src, tmp_path / "o3", "--modules", "nomatch.*", check=False)
     assert nothing.returncode == 1 and "no tensor matches" in nothing.stderr
     unknown = run("convert", src, tmp_path / "o4", "--to", "int4", check=False)
     assert unknown.returncode != 0
-    for name in ("o1", "o2", "o3", "o4"):
+    for name in ("o1", "o2", "o3", "o4", "o5"):
         assert not (tmp_path / name).exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
 
@@ -194,3 +198,81 @@ def test_convert_interrupted_leaves_nothing(tmp_path, rng):
     assert "interrupted" in err
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+def bf16_dsv4(path, rng, experts=2, hidden=256, width=128):
+    """A DeepSeek-V4-named checkpoint whose routed experts are BF16 and shared expert FP8 block."""
+    t = {}
+    for e in range(experts):
+        for w, shape in (("w1", (width, hidden)), ("w3", (width, hidden)), ("w2", (hidden, width))):
+            t[f"layers.0.ffn.experts.{e}.{w}.weight"] = (
+                rng.standard_normal(shape) * (0.02 if w != "w3" else 0.05)).astype(ml_dtypes.bfloat16)
+    for w, shape in (("w1", (width, hidden)), ("w3", (width, hidden)), ("w2", (hidden, width))):
+        q, scales = fp4moe.quantize_fp8_block128((rng.standard_normal(shape) * 0.03).astype(F32), ue8m0=True)
+        t[f"layers.0.ffn.shared_experts.{w}.weight"] = q.view(ml_dtypes.float8_e4m3fn)
+        t[f"layers.0.ffn.shared_experts.{w}.scale"] = scales.view(ml_dtypes.float8_e8m0fnu)
+    path.mkdir()
+    save_file(t, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps({
+        "model_type": "deepseek_v4", "hidden_size": hidden, "moe_intermediate_size": width,
+        "n_routed_experts": experts, "num_hidden_layers": 1, "quantization_config": STOCK_QC}))
+    return t
+
+
+def modelopt_oracle(x, tensor_scale):
+    """NVFP4 by ModelOpt's recipe, written in numpy (test_formats_oracle.oracle_nvfp4)."""
+    from test_formats_oracle import oracle_nvfp4
+    return oracle_nvfp4(x, tensor_scale)
+
+
+def test_bf16_and_fp8_to_nvfp4_follow_modelopt(tmp_path, rng):
+    src = tmp_path / "bf16"
+    t = bf16_dsv4(src, rng)
+    proc = run("convert", src, tmp_path / "nv", "--modules", "layers.*.ffn.experts.*",
+               "layers.*.ffn.shared_experts.*", "--json")
+    report = json.loads(proc.stdout)
+    assert report["modules_quantized"] == 9 and report["modules_transcoded_losslessly"] == 0
+    assert 0 < report["max_quantize_rel_error"] < 0.2  # FP4 keeps ~3 bits: ~10% relative error
+    out = load_file(str(tmp_path / "nv" / "model.safetensors"))
+    for prefix in ("layers.0.ffn.experts.0.", "layers.0.ffn.experts.1.", "layers.0.ffn.shared_experts."):
+        if "shared" in prefix:
+            exact = {w: fp4moe.dequantize_fp8_block128(t[prefix + w + ".weight"].view(np.uint8),
+                                                       t[prefix + w + ".scale"].view(np.uint8))
+                     for w in ("w1", "w3", "w2")}
+        else:
+            exact = {w: t[prefix + w + ".weight"].astype(F32) for w in ("w1", "w3", "w2")}
+        # w1 and w3 share weight_scale_2 = max(amax(w1), amax(w3)) / (6 * 448); w2 has its own.
+        shared_scale = F32(max(np.abs(exact["w1"]).max(), np.abs(exact["w3"]).max())) / F32(6.0 * 448.0)
+        for w in ("w1", "w3", "w2"):
+            ts = shared_scale if w != "w2" else F32(np.abs(exact["w2"]).max()) / F32(6.0 * 448.0)
+            packed, scales, ts_o = modelopt_oracle(exact[w], ts)
+            assert out[prefix + w + ".weight_scale_2"] == ts_o
+            assert np.array_equal(out[prefix + w + ".weight"], packed)
+            assert np.array_equal(out[prefix + w + ".weight_scale"].view(np.uint8), scales)
+            assert prefix + w + ".scale" not in out
+
+
+def test_bf16_to_mxfp4_writes_the_stock_layout(tmp_path, rng):
+    src = tmp_path / "bf16"
+    t = bf16_dsv4(src, rng)
+    proc = run("convert", src, tmp_path / "mx", "--to", "mxfp4", "--json")
+    assert json.loads(proc.stdout)["modules_quantized"] == 6
+    out = load_file(str(tmp_path / "mx" / "model.safetensors"))
+    from test_formats_oracle import oracle_mxfp4
+    for e in range(2):
+        for w in ("w1", "w3", "w2"):
+            name = f"layers.0.ffn.experts.{e}.{w}"
+            packed, scales = oracle_mxfp4(t[name + ".weight"].astype(F32))
+            assert out[name + ".weight"].dtype == np.int8
+            assert np.array_equal(out[name + ".weight"].view(np.uint8), packed)
+            assert np.array_equal(out[name + ".scale"].view(np.uint8), scales)
+    config = json.loads((tmp_path / "mx" / "config.json").read_text())
+    assert config["expert_dtype"] == "fp4"
+    manifest = json.loads(run("inspect", tmp_path / "mx", "--json").stdout)
+    assert manifest["summary"]["routed_experts"] == "mxfp4"
+    # Back to NVFP4: now losslessly.
+    back = json.loads(run("convert", tmp_path / "mx", tmp_path / "nv", "--json").stdout)
+    assert back["modules_transcoded_losslessly"] == 6 and back["report"]["blocks_requantized"] == 0
+    partial = run("convert", src, tmp_path / "p", "--to", "mxfp4", "--modules", "layers.0.ffn.experts.0.*",
+                  check=False)
+    assert partial.returncode == 1 and "expert_dtype" in partial.stderr
