@@ -19,15 +19,14 @@ struct Shape {
   int64_t m, k, n;
 };
 // 4096 x 14336 (a dense FFN), the DeepSeek-V4-Flash expert projections, and small batches.
-constexpr Shape kShapes[] = {{1, 4096, 14336}, {1, 4096, 2048}, {1, 2048, 4096},
-                             {2, 4096, 14336}, {4, 4096, 14336}, {8, 4096, 14336},
-                             {16, 4096, 14336}};
+constexpr Shape kShapes[] = {{1, 4096, 14336}, {1, 4096, 2048},  {1, 2048, 4096},  {2, 4096, 14336},
+                             {4, 4096, 14336}, {8, 4096, 14336}, {16, 4096, 14336}};
 
 void run_one(benchmark::State& state, const KernelInfo& kernel, Shape s) {
   ThreadPool& pool = ThreadPool::global();
   for (auto _ : state) {
-    auto r = fp4moe::dispatch::bench_gemm(kernel.format, kernel.isa, s.m, s.k, s.n,
-                                          size_t{1} << 30, 1.0, pool);
+    auto r = fp4moe::dispatch::bench_gemm(kernel.format, kernel.isa, s.m, s.k, s.n, size_t{1} << 30,
+                                          1.0, pool);
     if (!r.ok()) {
       state.SkipWithError(r.error().message.c_str());
       return;
@@ -49,9 +48,11 @@ int main(int argc, char** argv) {
     for (const Shape& s : kShapes) {
       const std::string name = std::string(kernel.name) + "/m" + std::to_string(s.m) + "_k" +
                                std::to_string(s.k) + "_n" + std::to_string(s.n);
-      benchmark::RegisterBenchmark(name.c_str(), [&kernel, s](benchmark::State& st) {
-        run_one(st, kernel, s);
-      })->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [&kernel, s](benchmark::State& st) { run_one(st, kernel, s); })
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMicrosecond);
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -63,15 +63,21 @@ int run_bench(const BenchOptions& o) {
       std::fprintf(stderr, "fp4moe bench: %s\n", r.error().message.c_str());
       return 1;
     }
-    j = {{"format", r->format},       {"isa", r->isa},
-         {"kernel", r->kernel},       {"m", r->m},
-         {"k", r->k},                 {"n", r->n},
+    j = {{"format", r->format},
+         {"isa", r->isa},
+         {"kernel", r->kernel},
+         {"m", r->m},
+         {"k", r->k},
+         {"n", r->n},
          {"weight_bytes", r->weight_bytes},
-         {"copies", r->copies},       {"threads", r->threads},
-         {"us", r->us},               {"gbps", r->gbps},
+         {"copies", r->copies},
+         {"threads", r->threads},
+         {"us", r->us},
+         {"gbps", r->gbps},
          {"bandwidth_gbps", r->bandwidth_gbps},
          {"bandwidth_ratio", r->bandwidth_ratio},
-         {"gflops", r->gflops},       {"pack_s_per_gb", r->pack_s_per_gb}};
+         {"gflops", r->gflops},
+         {"pack_s_per_gb", r->pack_s_per_gb}};
     if (!o.json) {
       std::printf(
           "%s %s m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the %.2f GB/s "
@@ -79,8 +85,8 @@ int run_bench(const BenchOptions& o) {
           "pack %.2f s/GB)\n",
           r->kernel.c_str(), r->format.c_str(), static_cast<long long>(r->m),
           static_cast<long long>(r->k), static_cast<long long>(r->n), r->us, r->gbps,
-          r->bandwidth_ratio, r->bandwidth_gbps, r->gflops, r->copies, r->weight_bytes,
-          r->threads, r->pack_s_per_gb);
+          r->bandwidth_ratio, r->bandwidth_gbps, r->gflops, r->copies, r->weight_bytes, r->threads,
+          r->pack_s_per_gb);
       return 0;
     }
   } else {

@@ -90,6 +90,10 @@ void ThreadPool::run_impl(int64_t tasks, void* ctx, Trampoline call) {
   wake_.notify_all();
   drain(generation, 0);
   while (done_.load(std::memory_order_acquire) != tasks) cpu_relax();
+  // Close the job before the next run rewrites ctx_, call_ and tasks_: a worker still holding
+  // this generation's state (it read "next = tasks" and was descheduled) must fail its CAS, not
+  // compare a stale index with the next job's task count and run a task of a dead job.
+  state_.store((uint64_t{generation} << 32) | 0xFFFFFFFFu, std::memory_order_release);
 }
 
 void ThreadPool::worker_loop(int thread, uint32_t seen) {

@@ -29,9 +29,8 @@ class ThreadPool {
   // all are done. Not reentrant: fn must not call run() on the same pool.
   template <class Fn>
   void run(int64_t tasks, Fn&& fn) {
-    run_impl(tasks, &fn, [](void* ctx, int64_t task, int thread) {
-      (*static_cast<Fn*>(ctx))(task, thread);
-    });
+    run_impl(tasks, &fn,
+             [](void* ctx, int64_t task, int thread) { (*static_cast<Fn*>(ctx))(task, thread); });
   }
 
  private:

@@ -26,8 +26,8 @@ CpuFeatures detect() {
   f.f16c = (c & bit_F16C) != 0;
   if (osxsave) {
     const uint64_t xcr0 = read_xcr0();
-    f.os_ymm = (xcr0 & 0x6) == 0x6;       // SSE and AVX state
-    f.os_zmm = (xcr0 & 0xE6) == 0xE6;     // plus opmask, ZMM_Hi256, Hi16_ZMM
+    f.os_ymm = (xcr0 & 0x6) == 0x6;    // SSE and AVX state
+    f.os_zmm = (xcr0 & 0xE6) == 0xE6;  // plus opmask, ZMM_Hi256, Hi16_ZMM
   }
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     f.avx2 = (b & bit_AVX2) != 0;

@@ -153,7 +153,8 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   std::vector<float> x(m * k), y(m * n);
   for (float& v : x) v = normal(rng);
 
-  r.bandwidth_gbps = measure_read_bandwidth_gbps(pool, std::max<size_t>(min_bytes, size_t{1} << 30));
+  r.bandwidth_gbps =
+      measure_read_bandwidth_gbps(pool, std::max<size_t>(min_bytes, size_t{1} << 30));
   // One warm-up pass over the set, then whole passes until min_seconds.
   for (const LinearPlan& p : plans) p.run(x.data(), k, m, y.data(), n, pool);
   int64_t products = 0;

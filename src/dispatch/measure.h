@@ -19,11 +19,11 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats =
 struct GemmBenchResult {
   std::string format, isa, kernel;
   int64_t m = 0, k = 0, n = 0;
-  size_t weight_bytes = 0;   // one matrix, codes + scales
-  int copies = 0;            // matrices streamed in turn (copies * weight_bytes >= min_bytes)
-  double us = 0;             // mean microseconds per product
-  double gbps = 0;           // weight bytes per second
-  double bandwidth_gbps = 0; // DRAM read bandwidth measured in the same run
+  size_t weight_bytes = 0;    // one matrix, codes + scales
+  int copies = 0;             // matrices streamed in turn (copies * weight_bytes >= min_bytes)
+  double us = 0;              // mean microseconds per product
+  double gbps = 0;            // weight bytes per second
+  double bandwidth_gbps = 0;  // DRAM read bandwidth measured in the same run
   double bandwidth_ratio = 0;
   double gflops = 0;
   double pack_s_per_gb = 0;  // load-time repack cost (checkpoint layout -> kernel layout)

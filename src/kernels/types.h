@@ -51,18 +51,18 @@ int weight_format_k_block(WeightFormat format);
 //   one vcvtph2ps makes the 8 rows' floats. Scales: F32 [ceil(N/128), ceil(K/128)], the checkpoint
 //   grid (a tile never straddles two 128-row blocks since 128 % 8 == 0).
 inline constexpr int kTileRows = 8;
-inline constexpr int kFp4ChunkK = 8;   // K elements per 32-byte FP4 chunk
-inline constexpr int kFp8ChunkK = 4;   // K elements per 32-byte FP8 chunk
+inline constexpr int kFp4ChunkK = 8;  // K elements per 32-byte FP4 chunk
+inline constexpr int kFp8ChunkK = 4;  // K elements per 32-byte FP8 chunk
 inline constexpr int kChunkBytes = 32;
 inline constexpr int kFp8ScaleBlock = 128;
 
 struct PackedMatrix {
   WeightFormat format;
-  int64_t n;             // output features (rows)
-  int64_t k;             // input features
-  int64_t n_tiles;       // ceil(n / kTileRows)
-  int64_t chunks;        // 32-byte chunks per tile along K
-  const uint8_t* codes;  // n_tiles * chunks * 32 bytes
+  int64_t n;                    // output features (rows)
+  int64_t k;                    // input features
+  int64_t n_tiles;              // ceil(n / kTileRows)
+  int64_t chunks;               // 32-byte chunks per tile along K
+  const uint8_t* codes;         // n_tiles * chunks * 32 bytes
   const uint8_t* block_scales;  // FP4: n_tiles * (k / k_block) * 8 codes; FP8: unused
   const float* fp8_scales;      // FP8: [ceil(n/128), ceil(k/128)] F32; FP4: unused
   float tensor_scale;           // NVFP4 weight_scale_2; 1 for the other formats
@@ -71,7 +71,7 @@ struct PackedMatrix {
 // Y[m, n] = sum_k X[m, k] * W[n, k] for rows n in tiles [tile_begin, tile_end), m < M.
 // X is F32 with row stride ldx; Y is F32 with row stride ldy, overwritten (never accumulated).
 // Threads split the tile range; a kernel allocates nothing and keeps no state.
-using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m,
-                            float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end);
+using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                            int64_t ldy, int64_t tile_begin, int64_t tile_end);
 
 }  // namespace fp4moe::kernels

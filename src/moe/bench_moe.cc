@@ -126,8 +126,8 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
     ExpertWeights& w = is_shared ? shared[0] : experts[e];
     const MatrixSource& up = is_shared ? shared_up_src : up_src;
     const MatrixSource& down = is_shared ? shared_down_src : down_src;
-    for (auto [slot, src] : {std::pair{&w.gate, &up}, std::pair{&w.up, &up},
-                             std::pair{&w.down, &down}}) {
+    for (auto [slot, src] :
+         {std::pair{&w.gate, &up}, std::pair{&w.up, &up}, std::pair{&w.down, &down}}) {
       auto p = pack_copy(*src);
       if (!p.ok()) return p.error();
       *slot = *p;
@@ -142,12 +142,12 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   for (float& v : bias) v = normal(rng) * 0.01f;
   MoeConfig config;
   config.hidden = kHidden;
-  config.router = RouterConfig{kExperts, kTopK, ScoringFunc::kSqrtSoftplus,
-                               WeightRule::kScoresAtSelected, true, 1.5f, 1, 1};
+  config.router = RouterConfig{
+      kExperts, kTopK, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f, 1, 1};
   config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
   config.shared_activation = config.routed_activation;
-  auto layer = MoeLayer::create(config, RouterWeights{router_w, {}, bias}, experts, shared, batch,
-                                isa);
+  auto layer =
+      MoeLayer::create(config, RouterWeights{router_w, {}, bias}, experts, shared, batch, isa);
   if (!layer.ok()) return layer.error();
 
   MoeBenchResult r;

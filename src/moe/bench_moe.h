@@ -18,11 +18,12 @@ struct MoeBenchResult {
   std::string format, isa, layer;
   int64_t batch = 0;
   int64_t calls = 0;
-  double us = 0;               // mean microseconds per layer call
-  double bytes_per_call = 0;   // mean weight bytes read per call (distinct experts + shared + router)
-  double bandwidth_gbps = 0;   // DRAM read bandwidth measured in the same run
-  double bound_us = 0;         // bytes_per_call / bandwidth
-  double ratio_to_bound = 0;   // us / bound_us (1.0 = at the memory bound)
+  double us = 0;  // mean microseconds per layer call
+  double bytes_per_call =
+      0;  // mean weight bytes read per call (distinct experts + shared + router)
+  double bandwidth_gbps = 0;  // DRAM read bandwidth measured in the same run
+  double bound_us = 0;        // bytes_per_call / bandwidth
+  double ratio_to_bound = 0;  // us / bound_us (1.0 = at the memory bound)
   double pack_s_per_gb = 0;
   int threads = 0;
   nlohmann::ordered_json to_json() const;

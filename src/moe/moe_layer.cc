@@ -30,9 +30,8 @@ Status check_expert(const ExpertWeights& e, const std::string& name, int64_t hid
       e.down->k() != i) {
     return moe_error(name + ": shapes gate [" + std::to_string(e.gate->n()) + ", " +
                      std::to_string(e.gate->k()) + "], up [" + std::to_string(e.up->n()) + ", " +
-                     std::to_string(e.up->k()) + "], down [" + std::to_string(e.down->n()) +
-                     ", " + std::to_string(e.down->k()) + "] do not fit hidden " +
-                     std::to_string(hidden));
+                     std::to_string(e.up->k()) + "], down [" + std::to_string(e.down->n()) + ", " +
+                     std::to_string(e.down->k()) + "] do not fit hidden " + std::to_string(hidden));
   }
   auto bias_ok = [](std::span<const float> b, int64_t n) {
     return b.empty() || static_cast<int64_t>(b.size()) == n;
@@ -149,15 +148,14 @@ void MoeLayer::run_tasks(ThreadPool& pool) {
 
 Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& pool) {
   if (tokens < 1 || tokens > max_tokens_) {
-    return moe_error("forward with " + std::to_string(tokens) + " tokens; the layer was sized for 1.." +
-                     std::to_string(max_tokens_));
+    return moe_error("forward with " + std::to_string(tokens) +
+                     " tokens; the layer was sized for 1.." + std::to_string(max_tokens_));
   }
   const int64_t h = config_.hidden;
   const int k = config_.router.top_k;
   const int64_t slots = tokens * k;
   const int threads = pool.size();
-  route(config_.router, router_, x, tokens, h, ids_.data(), route_weights_.data(),
-        router_scratch_);
+  route(config_.router, router_, x, tokens, h, ids_.data(), route_weights_.data(), router_scratch_);
 
   // Group the (token, choice) pairs by expert: counting sort, so each expert's rows are
   // contiguous and its weights are streamed once for all its tokens.
@@ -185,19 +183,18 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     const int64_t off = offsets_[e];
     add_tasks(ex.gate, xg_.data() + off * h, h, counts_[e], gate_.data() + off * max_inter_,
               max_inter_, threads);
-    add_tasks(ex.up, xg_.data() + off * h, h, counts_[e], up_.data() + off * max_inter_,
-              max_inter_, threads);
-    last_bytes_ += ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() +
-                   ex.w.down->streamed_bytes();
+    add_tasks(ex.up, xg_.data() + off * h, h, counts_[e], up_.data() + off * max_inter_, max_inter_,
+              threads);
+    last_bytes_ +=
+        ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
   int64_t shared_off = 0;
   for (const Expert& ex : shared_) {
-    add_tasks(ex.gate, x, h, tokens, shared_gate_.data() + shared_off * tokens, ex.inter,
-              threads);
+    add_tasks(ex.gate, x, h, tokens, shared_gate_.data() + shared_off * tokens, ex.inter, threads);
     add_tasks(ex.up, x, h, tokens, shared_up_.data() + shared_off * tokens, ex.inter, threads);
     shared_off += ex.inter;
-    last_bytes_ += ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() +
-                   ex.w.down->streamed_bytes();
+    last_bytes_ +=
+        ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
   run_tasks(pool);
 
@@ -207,8 +204,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     if (r < slots) {
       const Expert& ex = experts_[slot_expert_[r]];
       apply_gated_activation(config_.routed_activation, gate_.data() + r * max_inter_,
-                             up_.data() + r * max_inter_, ex.inter, ex.w.gate_bias,
-                             ex.w.up_bias);
+                             up_.data() + r * max_inter_, ex.inter, ex.w.gate_bias, ex.w.up_bias);
       return;
     }
     const int64_t s = (r - slots) / tokens, t = (r - slots) % tokens;
@@ -217,8 +213,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     const Expert& ex = shared_[s];
     float* g = shared_gate_.data() + off * tokens + t * ex.inter;
     const float* u = shared_up_.data() + off * tokens + t * ex.inter;
-    apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias,
-                           ex.w.up_bias);
+    apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias, ex.w.up_bias);
   });
 
   // Phase 3: down products.
@@ -230,8 +225,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   }
   shared_off = 0;
   for (size_t s = 0; s < shared_.size(); ++s) {
-    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter,
-              tokens, shared_out_.data() + s * tokens * h, h, threads);
+    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter, tokens,
+              shared_out_.data() + s * tokens * h, h, threads);
     shared_off += shared_[s].inter;
   }
   run_tasks(pool);
@@ -264,14 +259,15 @@ std::string MoeLayer::describe() const {
   std::string out = "MoE layer: router " + config_.router.describe() + "; " +
                     std::to_string(experts_.size()) + " routed experts";
   if (!experts_.empty()) {
-    out += " (gate: " + experts_[0].gate.describe() + "; down: " + experts_[0].down.describe() +
-           ")";
+    out +=
+        " (gate: " + experts_[0].gate.describe() + "; down: " + experts_[0].down.describe() + ")";
   }
   out += "; " + std::to_string(shared_.size()) + " shared expert(s)";
   if (!shared_.empty()) out += " (gate: " + shared_[0].gate.describe() + ")";
   auto act = [](const ActivationConfig& a) {
-    std::string s = a.kind == GatedActivation::kSwiGlu ? "swiglu" : "swiglu-oai(alpha " +
-                                                                      std::to_string(a.alpha) + ")";
+    std::string s = a.kind == GatedActivation::kSwiGlu
+                        ? "swiglu"
+                        : "swiglu-oai(alpha " + std::to_string(a.alpha) + ")";
     if (a.limit > 0) s += " clamp " + std::to_string(a.limit);
     return s;
   };

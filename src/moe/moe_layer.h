@@ -79,8 +79,8 @@ class MoeLayer {
     int64_t ldy, tile_begin, tile_end;
   };
   MoeLayer() = default;
-  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m,
-                 float* y, int64_t ldy, int threads);
+  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m, float* y,
+                 int64_t ldy, int threads);
   void run_tasks(ThreadPool& pool);
 
   MoeConfig config_;
@@ -93,9 +93,9 @@ class MoeLayer {
   std::vector<float> route_weights_;
   // slot_of_[t * K + k]: that choice's row in the expert-grouped set; slot_expert_: the inverse.
   std::vector<int32_t> counts_, offsets_, slot_of_, slot_expert_;
-  std::vector<float> xg_;                 // gathered inputs [T * K, H], grouped by expert
-  std::vector<float> gate_, up_;          // [T * K, I_max]
-  std::vector<float> out_;                // [T * K, H]
+  std::vector<float> xg_;         // gathered inputs [T * K, H], grouped by expert
+  std::vector<float> gate_, up_;  // [T * K, I_max]
+  std::vector<float> out_;        // [T * K, H]
   std::vector<float> shared_gate_, shared_up_, shared_out_;  // [T, I_s], [T, I_s], [n_s, T, H]
   std::vector<Task> tasks_;
   size_t last_bytes_ = 0;

@@ -22,9 +22,8 @@ namespace {
 // Indices of the k largest values, best first; ties to the lower index (torch leaves ties open).
 void top_k_indices(const float* v, int n, int k, int32_t* out, int32_t* work) {
   std::iota(work, work + n, 0);
-  std::partial_sort(work, work + k, work + n, [v](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
+  std::partial_sort(work, work + k, work + n,
+                    [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   std::copy(work, work + k, out);
 }
 
@@ -36,8 +35,8 @@ std::string RouterConfig::describe() const {
   const char* s = scoring == ScoringFunc::kSoftmax   ? "softmax"
                   : scoring == ScoringFunc::kSigmoid ? "sigmoid"
                                                      : "sqrtsoftplus";
-  std::string out = std::string(s) + " top-" + std::to_string(top_k) + " of " +
-                    std::to_string(num_experts);
+  std::string out =
+      std::string(s) + " top-" + std::to_string(top_k) + " of " + std::to_string(num_experts);
   if (weight_rule == WeightRule::kSoftmaxOfTopK) out += ", softmax over the top-k logits";
   if (renormalize) out += ", renormalized";
   if (n_group > 1) {
@@ -51,8 +50,8 @@ Status validate_router(const RouterConfig& c, const RouterWeights& w, int64_t hi
   auto fail = [](const std::string& why) { return Status(Error{"moe router: " + why}); };
   if (c.num_experts < 1) return fail("num_experts must be >= 1");
   if (c.top_k < 1 || c.top_k > c.num_experts) {
-    return fail("top_k = " + std::to_string(c.top_k) + " must be in [1, num_experts = " +
-                std::to_string(c.num_experts) + "]");
+    return fail("top_k = " + std::to_string(c.top_k) +
+                " must be in [1, num_experts = " + std::to_string(c.num_experts) + "]");
   }
   if (c.n_group < 1 || c.num_experts % c.n_group != 0) {
     return fail("n_group = " + std::to_string(c.n_group) + " must divide num_experts");
@@ -71,11 +70,11 @@ Status validate_router(const RouterConfig& c, const RouterWeights& w, int64_t hi
     return fail("router weight has " + std::to_string(w.weight.size()) + " elements, expected " +
                 std::to_string(c.num_experts * hidden));
   }
-  for (auto [span, name] : {std::pair{w.logit_bias, "logit bias"},
-                            std::pair{w.correction_bias, "correction bias"}}) {
+  for (auto [span, name] :
+       {std::pair{w.logit_bias, "logit bias"}, std::pair{w.correction_bias, "correction bias"}}) {
     if (!span.empty() && static_cast<int64_t>(span.size()) != c.num_experts) {
-      return fail(std::string(name) + " has " + std::to_string(span.size()) + " elements, expected " +
-                  std::to_string(c.num_experts));
+      return fail(std::string(name) + " has " + std::to_string(span.size()) +
+                  " elements, expected " + std::to_string(c.num_experts));
     }
   }
   return Status::Ok();
@@ -86,8 +85,8 @@ int64_t router_scratch_floats(const RouterConfig& c) {
   return 6 * int64_t{c.num_experts} + 2 * c.n_group;
 }
 
-void route_logits(const RouterConfig& c, const RouterWeights& w, const float* logits,
-                  int32_t* ids, float* route_weights, std::span<float> scratch) {
+void route_logits(const RouterConfig& c, const RouterWeights& w, const float* logits, int32_t* ids,
+                  float* route_weights, std::span<float> scratch) {
   const int e_count = c.num_experts;
   float* scores = scratch.data();
   float* choice = scores + e_count;
@@ -169,8 +168,8 @@ void route(const RouterConfig& c, const RouterWeights& w, const float* x, int64_
       for (; h + 8 <= hidden; h += 8) {
         for (int i = 0; i < 8; ++i) part[i] += xt[h + i] * we[h + i];
       }
-      float sum = ((part[0] + part[1]) + (part[2] + part[3])) +
-                  ((part[4] + part[5]) + (part[6] + part[7]));
+      float sum =
+          ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       for (; h < hidden; ++h) sum += xt[h] * we[h];
       logits[e] = w.logit_bias.empty() ? sum : sum + w.logit_bias[e];
     }

@@ -51,9 +51,8 @@ Status validate_router(const RouterConfig& config, const RouterWeights& weights,
 
 // For each of `tokens` rows of x [tokens, hidden]: ids [tokens, top_k] and weights [tokens,
 // top_k], in selection order (best first). `scratch` holds >= router_scratch_floats(config).
-void route(const RouterConfig& config, const RouterWeights& weights, const float* x,
-           int64_t tokens, int64_t hidden, int32_t* ids, float* route_weights,
-           std::span<float> scratch);
+void route(const RouterConfig& config, const RouterWeights& weights, const float* x, int64_t tokens,
+           int64_t hidden, int32_t* ids, float* route_weights, std::span<float> scratch);
 // Routing of one token from its logits [E] (exposed for tests of the selection rules).
 void route_logits(const RouterConfig& config, const RouterWeights& weights, const float* logits,
                   int32_t* ids, float* route_weights, std::span<float> scratch);

@@ -46,11 +46,12 @@ class PackedWeightsBuilder {
     const size_t align = total >= (size_t{2} << 20) ? (size_t{2} << 20) : 64;
     const size_t rounded = (total + align - 1) / align * align;
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
-    if (p == nullptr) return pack_error(tensor, "out of memory for " + std::to_string(total) + " bytes");
+    if (p == nullptr)
+      return pack_error(tensor, "out of memory for " + std::to_string(total) + " bytes");
     if (align > 64) madvise(p, rounded, MADV_HUGEPAGE);
     w.storage_.reset(p);
-    w.view_ = kernels::PackedMatrix{format, n, k, n_tiles, chunks, p,
-                                    p + w.codes_bytes_, nullptr, 1.0f};
+    w.view_ =
+        kernels::PackedMatrix{format, n, k, n_tiles, chunks, p, p + w.codes_bytes_, nullptr, 1.0f};
     if (format == WeightFormat::kFp8Block128) {
       w.view_.block_scales = nullptr;
       w.view_.fp8_scales = reinterpret_cast<const float*>(p + w.codes_bytes_);
@@ -66,8 +67,8 @@ namespace {
 
 Status check_shape(std::string_view tensor, int64_t n, int64_t k, int64_t k_block) {
   if (n <= 0 || k <= 0) {
-    return pack_error(tensor, "shape [" + std::to_string(n) + ", " + std::to_string(k) +
-                                  "] must be positive");
+    return pack_error(
+        tensor, "shape [" + std::to_string(n) + ", " + std::to_string(k) + "] must be positive");
   }
   if (k % k_block != 0) {
     return pack_error(tensor, "K = " + std::to_string(k) + " is not a multiple of the block (" +
@@ -138,8 +139,8 @@ Result<PackedWeights> pack_fp4(std::string_view tensor, WeightFormat format,
   FP4MOE_RETURN_IF_ERROR(check_size(tensor, "block scales", scales.size(), n * (k / k_block)));
   for (size_t i = 0; i < scales.size(); ++i) {
     const uint8_t s = scales[i];
-    const bool bad = format == WeightFormat::kNvfp4 ? ((s & 0x80) != 0 || s == 0x7F)
-                                                    : s == formats::kE8M0NaN;
+    const bool bad =
+        format == WeightFormat::kNvfp4 ? ((s & 0x80) != 0 || s == 0x7F) : s == formats::kE8M0NaN;
     if (bad) {
       return pack_error(tensor, "block scale " + std::to_string(i) + " (row " +
                                     std::to_string(int64_t(i) / (k / k_block)) + ") is code " +

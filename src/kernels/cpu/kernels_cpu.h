@@ -5,9 +5,9 @@
 
 namespace fp4moe::kernels {
 
-#define FP4MOE_GEMM_KERNEL(fn, format, isa)                                             \
-  void fn(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, \
-          int64_t ldy, int64_t tile_begin, int64_t tile_end);
+#define FP4MOE_GEMM_KERNEL(fn, format, isa)                                                     \
+  void fn(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, \
+          int64_t tile_begin, int64_t tile_end);
 #include "kernels/kernel_list.inc"
 #undef FP4MOE_GEMM_KERNEL
 

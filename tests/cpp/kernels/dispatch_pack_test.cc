@@ -74,6 +74,24 @@ TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
   EXPECT_EQ(one, many);
 }
 
+TEST(Dispatch, Bf16ActivationsGiveTheF32ResultOfTheirValues) {
+  // BF16 -> F32 is exact, so BF16 input must match F32 input holding the same values, bit for bit.
+  std::mt19937 rng(3);
+  testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kMxfp4, 40, 96, rng);
+  std::vector<float> x = testing::random_activations(3, 96, rng);
+  std::vector<uint16_t> x16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x16[i] = formats::encode_bf16(x[i]);
+    x[i] = formats::decode_bf16(x16[i]);
+  }
+  auto plan = dispatch::LinearPlan::create(w.packed.view());
+  ASSERT_TRUE(plan.ok());
+  std::vector<float> from_f32(3 * 40), from_bf16(3 * 40), scratch(3 * 96);
+  plan->run(x.data(), 96, 3, from_f32.data(), 40, ThreadPool::global());
+  plan->run_bf16(x16.data(), 3, from_bf16.data(), 40, scratch, ThreadPool::global());
+  EXPECT_EQ(from_f32, from_bf16);
+}
+
 TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
   // Every (row, k) of a 9 x 32 MXFP4 matrix in turn holds the code for 1.0 (all else zero); the
   // scalar kernel with x = e_k must return exactly row's one-hot.
@@ -88,8 +106,8 @@ TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
       std::vector<float> x(k, 0.0f), y(n, -1.0f);
       x[col] = 1.0f;
       for (Isa isa : dispatch::host_isas()) {
-        kernels::find_kernel(WeightFormat::kMxfp4, isa)->fn(w->view(), x.data(), k, 1, y.data(),
-                                                            n, 0, w->view().n_tiles);
+        kernels::find_kernel(WeightFormat::kMxfp4, isa)
+            ->fn(w->view(), x.data(), k, 1, y.data(), n, 0, w->view().n_tiles);
         for (int64_t r = 0; r < n; ++r) {
           ASSERT_EQ(y[r], r == row ? 1.0f : 0.0f)
               << "row " << row << " col " << col << " isa " << kernels::isa_name(isa);

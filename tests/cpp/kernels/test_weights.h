@@ -2,8 +2,8 @@
 // FP32 values (the reference's view) and the packed kernel layout.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -18,11 +18,11 @@ namespace fp4moe::testing {
 struct QuantizedMatrix {
   kernels::WeightFormat format;
   int64_t n = 0, k = 0;
-  std::vector<uint8_t> codes;         // checkpoint layout
-  std::vector<uint8_t> scale_codes;   // NVFP4 / MXFP4 block scales
-  std::vector<float> fp8_scales;      // FP8 block scales
+  std::vector<uint8_t> codes;        // checkpoint layout
+  std::vector<uint8_t> scale_codes;  // NVFP4 / MXFP4 block scales
+  std::vector<float> fp8_scales;     // FP8 block scales
   float tensor_scale = 1.0f;
-  std::vector<float> dequantized;     // [n, k], what every kernel must multiply by
+  std::vector<float> dequantized;  // [n, k], what every kernel must multiply by
   pack::PackedWeights packed;
 };
 

@@ -47,7 +47,7 @@ std::unique_ptr<TestExpert> make_expert(WeightFormat f, int64_t h, int64_t inter
   if (biases) {
     std::normal_distribution<float> normal(0.0f, 2.0f);
     for (auto [v, n] : {std::pair{&e->gate_bias, inter}, std::pair{&e->up_bias, inter},
-                         std::pair{&e->down_bias, h}}) {
+                        std::pair{&e->down_bias, h}}) {
       v->resize(n);
       for (float& b : *v) b = normal(rng);
     }
@@ -78,9 +78,8 @@ Result<MoeLayer> make_layer(const Fixture& fx, int64_t max_tokens, kernels::Isa 
   std::vector<ExpertWeights> experts, shared;
   for (const auto& e : fx.experts) experts.push_back(view(*e));
   for (const auto& e : fx.shared) shared.push_back(view(*e));
-  return MoeLayer::create(fx.config,
-                          RouterWeights{fx.router_w, fx.logit_bias, fx.correction_bias}, experts,
-                          shared, max_tokens, isa);
+  return MoeLayer::create(fx.config, RouterWeights{fx.router_w, fx.logit_bias, fx.correction_bias},
+                          experts, shared, max_tokens, isa);
 }
 
 // ---- The FP64 reference: plain loops over tokens, every formula written out again. ----------
@@ -252,8 +251,8 @@ TEST(MoeLayer, DeepSeekV4SqrtSoftplusBiasClampSharedFp8) {
   std::mt19937 rng(seed);
   Fixture fx;
   fx.config.hidden = kHidden;
-  fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true,
-                      1.5f, 1, 1};
+  fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f,
+                      1, 1};
   fx.config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
   fx.config.shared_activation = fx.config.routed_activation;
   fx.routed_format = WeightFormat::kNvfp4;
@@ -271,7 +270,7 @@ TEST(MoeLayer, DeepSeekV3SigmoidGroupLimitedMxfp4) {
   Fixture fx;
   fx.config.hidden = kHidden;
   fx.config.router = {16, 4, ScoringFunc::kSigmoid, WeightRule::kScoresAtSelected, true, 2.5f,
-                      4, 2};
+                      4,  2};
   fx.routed_format = WeightFormat::kMxfp4;
   fx.shared_format = WeightFormat::kMxfp4;
   build(fx, 1, kInter, rng);
@@ -377,8 +376,8 @@ TEST(Router, GroupLimitExcludesTheBestExpertOfAWeakGroup) {
 }
 
 TEST(Router, TiesGoToTheLowerIndexAndBiasOnlySelects) {
-  RouterConfig c{4, 2, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, false, 2.0f, 1,
-                 1};
+  RouterConfig c{4, 2, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, false, 2.0f,
+                 1, 1};
   std::vector<float> w(4, 0.0f), bias = {0.0f, 0.0f, 0.0f, 1.5f};
   const float logits[4] = {1.0f, 1.0f, 1.0f, -30.0f};
   int32_t ids[2];
@@ -397,7 +396,8 @@ TEST(MoeLayer, RejectsBadConfigurations) {
   std::mt19937 rng(9);
   Fixture fx;
   fx.config.hidden = kHidden;
-  fx.config.router = {4, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, false, 1.0f, 1, 1};
+  fx.config.router = {4, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, false, 1.0f,
+                      1, 1};
   build(fx, 0, kInter, rng);
   const kernels::Isa isa = dispatch::best_host_isa();
   {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/kernels_cpu.h"
 
@@ -35,11 +36,9 @@ inline __m256i top_byte_ctrl(int j) {
 // 0, 2^-127, reads as 0: its weights are below 6 * 2^-127; pack/ rejects the NaN code 0xFF).
 template <WeightFormat kFormat>
 inline __m256 decode_block_scales(const uint8_t* codes) {
-  const __m256i c =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
   if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)),
-                         _mm256_set1_ps(0x1p120f));
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
   } else {
     return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
   }
@@ -55,18 +54,21 @@ inline void store_rows(float* y, __m256 v, int rows) {
   }
 }
 
-// MR tokens against one tile. MR <= 2 keeps two FMA chains per token so the FMA latency is hidden
-// at M = 1; at MR >= 3 the tokens themselves are independent chains (and registers run out).
+// Independent FMA chains per token within a block: an FMA has 4 cycles of latency and a chunk
+// issues one FMA per ~1 cycle per token, so one token needs 4 chains to be throughput-bound; with
+// 3-4 tokens, 2 chains each (more would spill: AVX2 has 16 ymm registers).
+constexpr int chains_for(int mr) { return mr <= 2 ? 4 : 2; }
+
+// MR tokens against one tile.
 template <WeightFormat kFormat, int MR>
 inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
                      const float* x, int64_t ldx, float* y, int64_t ldy, int rows) {
-  constexpr int kChains = MR <= 2 ? 2 : 1;
+  constexpr int kChains = chains_for(MR);
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const int64_t k_blocks = w.chunks / kChunksPerBlock;
   const __m256i lut = e2m1_x2_lut();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2),
-                           top_byte_ctrl(3)};
+  const __m256i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2), top_byte_ctrl(3)};
   __m256 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
@@ -81,30 +83,102 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
       const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
       const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
       const float* xk = x + chunk * kFp4ChunkK;
-      for (int j = 0; j < 4; ++j) {
-        const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(lo, ctrl[j]));
+      for (int kk = 0; kk < kFp4ChunkK; ++kk) {
+        // k offsets 0-3 come from the low nibbles, 4-7 from the high ones (types.h).
+        const __m256i codes = kk < 4 ? lo : hi;
+        const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(codes, ctrl[kk % 4]));
         for (int i = 0; i < MR; ++i) {
-          block[i][j % kChains] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + j),
-                                                  block[i][j % kChains]);
-        }
-      }
-      for (int j = 0; j < 4; ++j) {
-        const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(hi, ctrl[j]));
-        for (int i = 0; i < MR; ++i) {
-          block[i][j % kChains] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + 4 + j),
-                                                  block[i][j % kChains]);
+          block[i][kk % kChains] =
+              _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + kk), block[i][kk % kChains]);
         }
       }
     }
     const __m256 scale = decode_block_scales<kFormat>(scales + b * kTileRows);
     for (int i = 0; i < MR; ++i) {
       __m256 sum = block[i][0];
-      if constexpr (kChains == 2) sum = _mm256_add_ps(sum, block[i][1]);
+      for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, block[i][c]);
       total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
     }
   }
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
   for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, _mm256_mul_ps(total[i], out_scale), rows);
+}
+
+// ---- Many tokens: decode a panel of the tile once, then a register-blocked FMA kernel. ----------
+// From kPanelMinTokens tokens on, re-decoding the weights for every 4 tokens costs more than
+// writing them once, scaled, to an L1-resident panel that every token then reads: the decoded
+// weight times its block scale is exact in F32 (2-bit and 4-bit significands), so the sum is the
+// same W4A16 product, only summed without per-block partial sums.
+constexpr int64_t kPanelMinTokens = 8;
+constexpr int64_t kPanelK = 512;      // 512 k x 8 rows x 4 bytes = 16 KiB: half of L1d
+constexpr int64_t kPanelTokens = 96;  // accumulators of up to 96 tokens x 8 rows on the stack
+constexpr int kPanelMr = 8;           // 8 accumulators + 1 weight vector + 1 broadcast register
+
+template <WeightFormat kFormat>
+inline void decode_panel(const uint8_t* tile, const uint8_t* scales, int64_t k0, int64_t kc,
+                         float* panel) {
+  constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
+  const __m256i lut = e2m1_x2_lut();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t c = k0 / kFp4ChunkK; c < (k0 + kc) / kFp4ChunkK; ++c) {
+    const __m256 scale = decode_block_scales<kFormat>(scales + (c / kChunksPerBlock) * kTileRows);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + c * kChunkBytes));
+    const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
+    const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+    float* out = panel + (c * kFp4ChunkK - k0) * kTileRows;
+    for (int kk = 0; kk < kFp4ChunkK; ++kk) {
+      const __m256 wv =
+          _mm256_cvtepi32_ps(_mm256_shuffle_epi8(kk < 4 ? lo : hi, top_byte_ctrl(kk % 4)));
+      _mm256_store_ps(out + kk * kTileRows, _mm256_mul_ps(wv, scale));
+    }
+  }
+}
+
+// acc[i] += panel . x[i] over kc k's, for MR tokens.
+template <int MR>
+inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ldx, float* acc) {
+  __m256 a[MR];
+  for (int i = 0; i < MR; ++i) a[i] = _mm256_load_ps(acc + i * kTileRows);
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 wv = _mm256_load_ps(panel + k * kTileRows);
+    for (int i = 0; i < MR; ++i)
+      a[i] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + i * ldx + k), a[i]);
+  }
+  for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + i * kTileRows, a[i]);
+}
+
+template <int... kMr>
+inline void panel_fma_tail(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
+                           float* acc, std::integer_sequence<int, kMr...>) {
+  ((mr == kMr + 1 ? panel_fma<kMr + 1>(panel, kc, x, ldx, acc) : void()), ...);
+}
+
+template <WeightFormat kFormat>
+void fp4_tile_panel(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
+                    const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int rows) {
+  alignas(32) float panel[kPanelK * kTileRows];
+  alignas(32) float acc[kPanelTokens * kTileRows];
+  const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  for (int64_t m0 = 0; m0 < m; m0 += kPanelTokens) {
+    const int64_t mb = std::min(kPanelTokens, m - m0);
+    std::memset(acc, 0, sizeof(float) * mb * kTileRows);
+    for (int64_t k0 = 0; k0 < w.k; k0 += kPanelK) {
+      const int64_t kc = std::min(kPanelK, w.k - k0);
+      decode_panel<kFormat>(tile, scales, k0, kc, panel);
+      int64_t i = 0;
+      for (; i + kPanelMr <= mb; i += kPanelMr) {
+        panel_fma<kPanelMr>(panel, kc, x + (m0 + i) * ldx + k0, ldx, acc + i * kTileRows);
+      }
+      if (i < mb) {
+        panel_fma_tail(static_cast<int>(mb - i), panel, kc, x + (m0 + i) * ldx + k0, ldx,
+                       acc + i * kTileRows, std::make_integer_sequence<int, kPanelMr - 1>{});
+      }
+    }
+    for (int64_t i = 0; i < mb; ++i) {
+      store_rows(y + (m0 + i) * ldy, _mm256_mul_ps(_mm256_load_ps(acc + i * kTileRows), out_scale),
+                 rows);
+    }
+  }
 }
 
 template <WeightFormat kFormat>
@@ -116,6 +190,10 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
     const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
+    if (m >= kPanelMinTokens) {
+      fp4_tile_panel<kFormat>(w, tile, scales, x, ldx, m, yt, ldy, rows);
+      continue;
+    }
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
       fp4_tile<kFormat, 4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
@@ -141,7 +219,8 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
 // 15 vs 7); vcvtph2ps widens exactly. The 2^8 is folded into the block scale.
 template <int MR, bool kTail>
 inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx, int valid_k,
-                      __m256 (&block)[MR][2]) {
+                      __m256 (&block)[MR][chains_for(MR)]) {
+  constexpr int kChains = chains_for(MR);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m256i zero = _mm256_setzero_si256();
   const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
@@ -155,8 +234,8 @@ inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx, int va
   for (int j = 0; j < kFp8ChunkK; ++j) {
     if (kTail && j >= valid_k) break;
     for (int i = 0; i < MR; ++i) {
-      block[i][j & 1] = _mm256_fmadd_ps(wk[j], _mm256_broadcast_ss(xk + i * ldx + j),
-                                        block[i][j & 1]);
+      block[i][j % kChains] =
+          _mm256_fmadd_ps(wk[j], _mm256_broadcast_ss(xk + i * ldx + j), block[i][j % kChains]);
     }
   }
 }
@@ -171,8 +250,11 @@ inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* sc
   __m256 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
-    __m256 block[MR][2];
-    for (int i = 0; i < MR; ++i) block[i][0] = block[i][1] = _mm256_setzero_ps();
+    constexpr int kChains = chains_for(MR);
+    __m256 block[MR][kChains];
+    for (int i = 0; i < MR; ++i) {
+      for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
+    }
     const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
     for (int64_t c = b * kChunksPerBlock; c < c_end; ++c) {
       fp8_chunk<MR, false>(tile + c * kChunkBytes, x + c * kFp8ChunkK, ldx, kFp8ChunkK, block);
@@ -183,7 +265,9 @@ inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* sc
     }
     const __m256 scale = _mm256_set1_ps(scales[b] * 256.0f);
     for (int i = 0; i < MR; ++i) {
-      total[i] = _mm256_fmadd_ps(_mm256_add_ps(block[i][0], block[i][1]), scale, total[i]);
+      __m256 sum = block[i][0];
+      for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, block[i][c]);
+      total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
     }
   }
   for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, total[i], rows);
@@ -210,7 +294,8 @@ void fp8b128_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, in
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) fp8_tile<4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+    for (; i + 4 <= m; i += 4)
+      fp8_tile<4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
     switch (m - i) {
       case 3:
         fp8_tile<3>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);

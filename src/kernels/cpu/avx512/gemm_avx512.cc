@@ -29,7 +29,8 @@ inline __m512i top_byte_ctrl(int j) {
 
 // 32 bytes of tile t in the low half, 32 bytes of tile t + 1 (or zeros) in the high half.
 inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
-  const __m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  const __m512i lo =
+      _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
   if (b == nullptr) return lo;
   return _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
 }
@@ -42,8 +43,7 @@ inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
       b == nullptr ? _mm_setzero_si128() : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
   const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
   if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)),
-                         _mm512_set1_ps(0x1p120f));
+    return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)), _mm512_set1_ps(0x1p120f));
   } else {
     return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
   }
@@ -53,15 +53,15 @@ inline __mmask16 row_mask(int rows) { return static_cast<__mmask16>((1u << rows)
 
 template <WeightFormat kFormat, int MR>
 inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
-                     const uint8_t* scales_a, const uint8_t* scales_b, const float* x,
-                     int64_t ldx, float* y, int64_t ldy, int rows) {
-  constexpr int kChains = MR <= 2 ? 2 : 1;
+                     const uint8_t* scales_a, const uint8_t* scales_b, const float* x, int64_t ldx,
+                     float* y, int64_t ldy, int rows) {
+  // 32 zmm registers: 4 independent FMA chains per token at every MR (see gemm_avx2.cc).
+  constexpr int kChains = 4;
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const int64_t k_blocks = w.chunks / kChunksPerBlock;
   const __m512i lut = e2m1_x2_lut();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2),
-                           top_byte_ctrl(3)};
+  const __m512i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2), top_byte_ctrl(3)};
   __m512 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
@@ -75,18 +75,12 @@ inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
       const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
       const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
       const float* xk = x + (b * kChunksPerBlock + c) * kFp4ChunkK;
-      for (int j = 0; j < 4; ++j) {
-        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(lo, ctrl[j]));
+      for (int kk = 0; kk < kFp4ChunkK; ++kk) {
+        const __m512i codes = kk < 4 ? lo : hi;
+        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(codes, ctrl[kk % 4]));
         for (int i = 0; i < MR; ++i) {
-          block[i][j % kChains] =
-              _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[i * ldx + j]), block[i][j % kChains]);
-        }
-      }
-      for (int j = 0; j < 4; ++j) {
-        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(hi, ctrl[j]));
-        for (int i = 0; i < MR; ++i) {
-          block[i][j % kChains] =
-              _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[i * ldx + 4 + j]), block[i][j % kChains]);
+          block[i][kk % kChains] =
+              _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[i * ldx + kk]), block[i][kk % kChains]);
         }
       }
     }
@@ -94,7 +88,7 @@ inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
         scales_a + b * kTileRows, scales_b == nullptr ? nullptr : scales_b + b * kTileRows);
     for (int i = 0; i < MR; ++i) {
       __m512 sum = block[i][0];
-      if constexpr (kChains == 2) sum = _mm512_add_ps(sum, block[i][1]);
+      for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, block[i][c]);
       total[i] = _mm512_fmadd_ps(sum, scale, total[i]);
     }
   }
@@ -124,16 +118,16 @@ void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t
     }
     switch (m - i) {
       case 3:
-        fp4_pair<kFormat, 3>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
-                             yt + i * ldy, ldy, rows);
+        fp4_pair<kFormat, 3>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
+                             ldy, rows);
         break;
       case 2:
-        fp4_pair<kFormat, 2>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
-                             yt + i * ldy, ldy, rows);
+        fp4_pair<kFormat, 2>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
+                             ldy, rows);
         break;
       case 1:
-        fp4_pair<kFormat, 1>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx,
-                             yt + i * ldy, ldy, rows);
+        fp4_pair<kFormat, 1>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
+                             ldy, rows);
         break;
       default:
         break;
@@ -149,8 +143,8 @@ inline __m256i e4m3_to_fp16_words(__m256i bytes_as_words) {
 }
 
 template <int MR, bool kTail>
-inline void fp8_chunk(const uint8_t* a, const uint8_t* b, const float* xk, int64_t ldx,
-                      int valid_k, __m512 (&block)[MR][2]) {
+inline void fp8_chunk(const uint8_t* a, const uint8_t* b, const float* xk, int64_t ldx, int valid_k,
+                      __m512 (&block)[MR][4]) {
   const __m256i zero = _mm256_setzero_si256();
   const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
   const __m256i vb = b == nullptr ? zero : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
@@ -165,7 +159,7 @@ inline void fp8_chunk(const uint8_t* a, const uint8_t* b, const float* xk, int64
   for (int j = 0; j < kFp8ChunkK; ++j) {
     if (kTail && j >= valid_k) break;
     for (int i = 0; i < MR; ++i) {
-      block[i][j & 1] = _mm512_fmadd_ps(wk[j], _mm512_set1_ps(xk[i * ldx + j]), block[i][j & 1]);
+      block[i][j] = _mm512_fmadd_ps(wk[j], _mm512_set1_ps(xk[i * ldx + j]), block[i][j]);
     }
   }
 }
@@ -181,8 +175,10 @@ inline void fp8_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
   __m512 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
-    __m512 block[MR][2];
-    for (int i = 0; i < MR; ++i) block[i][0] = block[i][1] = _mm512_setzero_ps();
+    __m512 block[MR][4];  // one chain per k of a chunk
+    for (int i = 0; i < MR; ++i) {
+      for (int c = 0; c < 4; ++c) block[i][c] = _mm512_setzero_ps();
+    }
     const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
     for (int64_t c = b * kChunksPerBlock; c < c_end; ++c) {
       const int64_t off = c * kChunkBytes;
@@ -194,11 +190,12 @@ inline void fp8_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
       fp8_chunk<MR, true>(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off,
                           x + full_chunks * kFp8ChunkK, ldx, tail_k, block);
     }
-    // The two tiles share the 128-row scale block: a pair starts at an even tile, and 16 divides
-    // 128, so both tiles lie in the same row block.
+    // Both tiles of a pair share the 128-row scale block (see the caller).
     const __m512 scale = _mm512_set1_ps(scales[b] * 256.0f);
     for (int i = 0; i < MR; ++i) {
-      total[i] = _mm512_fmadd_ps(_mm512_add_ps(block[i][0], block[i][1]), scale, total[i]);
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(block[i][0], block[i][1]),
+                                       _mm512_add_ps(block[i][2], block[i][3]));
+      total[i] = _mm512_fmadd_ps(sum, scale, total[i]);
     }
   }
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, row_mask(rows), total[i]);
@@ -220,9 +217,9 @@ void fp8b128_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx,
                              float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   for (int64_t t = tile_begin; t < tile_end;) {
-    // Pair two tiles only when they share a 128-row scale block (t even within the block).
-    const bool pair = t + 1 < tile_end && ((t * kTileRows) % kFp8ScaleBlock) % 16 == 0 &&
-                      (t * kTileRows) / kFp8ScaleBlock == ((t + 1) * kTileRows) / kFp8ScaleBlock;
+    // Pair tiles (t, t + 1) only from an even t: 16 divides 128, so both then lie in one 128-row
+    // scale block. A range that starts odd runs its first tile alone.
+    const bool pair = t + 1 < tile_end && t % 2 == 0;
     const uint8_t* tile_a = w.codes + t * w.chunks * kChunkBytes;
     const uint8_t* tile_b = pair ? tile_a + w.chunks * kChunkBytes : nullptr;
     const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;

@@ -68,8 +68,8 @@ void mxfp4_gemm_8r_scalar(const PackedMatrix& w, const float* x, int64_t ldx, in
   fp4_gemm_scalar<WeightFormat::kMxfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
 }
 
-void fp8b128_gemm_8r_scalar(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m,
-                            float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+void fp8b128_gemm_8r_scalar(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                            int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   const formats::DecodeTables& tables = formats::decode_tables();
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   for (int64_t t = tile_begin; t < tile_end; ++t) {
