@@ -10,6 +10,7 @@
 #include "dispatch/cpu_features.h"
 #include "dispatch/measure.h"
 #include "kernels/types.h"
+#include "model/bench_layers.h"
 #include "moe/bench_moe.h"
 
 namespace fp4moe::cli {
@@ -25,7 +26,46 @@ struct BenchOptions {
   double min_gib = 1.0;
   double seconds = 2.0;
   int64_t batch = 1;
+  std::string checkpoint;   // --checkpoint DIR: the checkpoint's own MoE layers
+  std::vector<int> layers;  // with --checkpoint; empty = every MoE layer
 };
+
+// `--checkpoint DIR`: each MoE layer of a real (or synthetic) checkpoint on this CPU.
+int run_checkpoint_bench(const BenchOptions& o) {
+  model::LayerBenchOptions options;
+  options.layers = o.layers;
+  options.batch = o.batch;
+  options.min_seconds = o.seconds;
+  auto results = model::bench_checkpoint_layers(o.checkpoint, options);
+  if (!results.ok()) {
+    std::fprintf(stderr, "fp4moe bench: %s\n", results.error().message.c_str());
+    return 1;
+  }
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const auto& b : *results) {
+    if (o.json) {
+      layers.push_back({{"layer", b.layer},
+                        {"expert_scheme", b.expert_scheme},
+                        {"batch", b.batch},
+                        {"calls", b.calls},
+                        {"us", b.us},
+                        {"bytes_per_call", b.bytes_per_call},
+                        {"bandwidth_gbps", b.bandwidth_gbps},
+                        {"bound_us", b.bound_us},
+                        {"ratio_to_bound", b.ratio_to_bound}});
+    } else {
+      std::printf("layer %d (%s experts), batch %lld: %.0f us per call, %.1f MB read, bound %.0f us at "
+                  "%.2f GB/s measured in this run: %.2fx the bound (%lld calls)\n",
+                  b.layer, b.expert_scheme.c_str(), static_cast<long long>(b.batch), b.us,
+                  b.bytes_per_call / 1e6, b.bound_us, b.bandwidth_gbps, b.ratio_to_bound,
+                  static_cast<long long>(b.calls));
+    }
+  }
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"checkpoint", o.checkpoint}, {"layers", layers}}.dump().c_str());
+  }
+  return 0;
+}
 
 std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
   for (kernels::WeightFormat f : kernels::kAllWeightFormats) {
@@ -35,10 +75,11 @@ std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
 }
 
 int run_bench(const BenchOptions& o) {
-  if (o.gemv == o.moe) {
-    std::fprintf(stderr, "fp4moe bench: choose exactly one of --gemv and --moe\n");
+  if (static_cast<int>(o.gemv) + static_cast<int>(o.moe) + static_cast<int>(!o.checkpoint.empty()) != 1) {
+    std::fprintf(stderr, "fp4moe bench: choose exactly one of --gemv, --moe and --checkpoint DIR\n");
     return 2;
   }
+  if (!o.checkpoint.empty()) return run_checkpoint_bench(o);
   const auto format = parse_format(o.format);
   if (!format) {
     std::fprintf(stderr, "fp4moe bench: unknown --format '%s' (nvfp4, mxfp4, fp8_block)\n",
@@ -117,6 +158,9 @@ const CommandRegistrar registrar{Command{
       app.add_option("--k", o->k, "input features")->capture_default_str();
       app.add_option("--n", o->n, "output features")->capture_default_str();
       app.add_option("--batch", o->batch, "tokens per MoE layer call")->capture_default_str();
+      app.add_option("--checkpoint", o->checkpoint, "benchmark this checkpoint's own MoE layers");
+      app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
+          ->delimiter(',');
       app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512");
       app.add_option("--min-gib", o->min_gib, "weight set streamed, GiB")->capture_default_str();
       app.add_option("--seconds", o->seconds, "minimum timed seconds")->capture_default_str();

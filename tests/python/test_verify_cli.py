@@ -85,3 +85,18 @@ def test_verify_bad_input(tmp_path, rng):
     (tmp_path / "mx" / "config.json").write_text(json.dumps(cfg))
     unknown = run("verify", tmp_path / "mx")
     assert unknown.returncode == 1 and "scoring_func" in unknown.stderr
+
+
+def test_bench_on_a_checkpoints_own_layers(tmp_path, rng):
+    make_dsv4(tmp_path / "mx", rng, layers=2)
+    proc = run("bench", "--checkpoint", tmp_path / "mx", "--layers", "1", "--seconds", "0.05", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    (layer,) = result["layers"]
+    assert layer["layer"] == 1 and layer["expert_scheme"] == "mxfp4" and layer["calls"] >= 8
+    assert layer["bandwidth_gbps"] > 0 and layer["bytes_per_call"] > 0
+    assert layer["ratio_to_bound"] == pytest.approx(layer["us"] / layer["bound_us"])
+    both = run("bench", "--checkpoint", tmp_path / "mx", "--gemv")
+    assert both.returncode == 2 and "exactly one" in both.stderr
+    missing = run("bench", "--checkpoint", tmp_path / "nothing")
+    assert missing.returncode == 1 and "nothing" in missing.stderr
