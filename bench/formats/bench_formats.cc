@@ -11,7 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "core/memory_bandwidth.h"
+#include "core/thread_pool.h"
+#include "dispatch/measure.h"
 #include "formats/block.h"
 #include "formats/transcode.h"
 
@@ -124,10 +125,11 @@ BENCHMARK(BM_TranscodeMxfp4ToNvfp4)->Unit(benchmark::kMillisecond)->UseRealTime(
 int main(int argc, char** argv) {
   const bool smoke = std::getenv("FP4MOE_BENCH_SMOKE") != nullptr;
   // One core, a buffer well past the last-level cache: the DRAM read limit of one core.
-  const auto bw = fp4moe::measure_read_bandwidth(smoke ? (64u << 20) : (512u << 20), 1);
-  g_read_bandwidth_gbps = bw.gbps;
-  std::printf("one-core memory read bandwidth: %.1f GB/s (%zu MiB streamed)\n", bw.gbps,
-              bw.bytes >> 20);
+  fp4moe::ThreadPool one_core(1);  // the calling thread only
+  const size_t bytes = smoke ? (size_t{64} << 20) : (size_t{512} << 20);
+  g_read_bandwidth_gbps = fp4moe::dispatch::measure_read_bandwidth_gbps(one_core, bytes, 5);
+  std::printf("one-core memory read bandwidth: %.1f GB/s (%zu MiB streamed)\n",
+              g_read_bandwidth_gbps, bytes >> 20);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -4,10 +4,10 @@
 
 #include <fstream>
 #include <memory>
-#include <thread>
 
 #include "cli/command.h"
-#include "core/memory_bandwidth.h"
+#include "core/thread_pool.h"
+#include "dispatch/measure.h"
 #include "detect/directory.h"
 #include "plan/plan.h"
 
@@ -20,9 +20,8 @@ struct PlanArgs {
 };
 
 double cpu_bandwidth_gbps() {
-  // All cores, a buffer far past the last-level cache: what decode on this machine can stream.
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return measure_read_bandwidth(size_t{256} << 20, threads, 3).gbps;
+  // All threads of the pool, a buffer far past the last-level cache: what decode can stream.
+  return dispatch::measure_read_bandwidth_gbps(ThreadPool::global(), size_t{512} << 20);
 }
 
 int run_plan(const PlanArgs& args) {
