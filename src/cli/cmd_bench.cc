@@ -54,15 +54,18 @@ int run_checkpoint_bench(const BenchOptions& o) {
                         {"bound_us", b.bound_us},
                         {"ratio_to_bound", b.ratio_to_bound}});
     } else {
-      std::printf("layer %d (%s experts), batch %lld: %.0f us per call, %.1f MB read, bound %.0f us at "
-                  "%.2f GB/s measured in this run: %.2fx the bound (%lld calls)\n",
-                  b.layer, b.expert_scheme.c_str(), static_cast<long long>(b.batch), b.us,
-                  b.bytes_per_call / 1e6, b.bound_us, b.bandwidth_gbps, b.ratio_to_bound,
-                  static_cast<long long>(b.calls));
+      std::printf(
+          "layer %d (%s experts), batch %lld: %.0f us per call, %.1f MB read, bound %.0f us at "
+          "%.2f GB/s measured in this run: %.2fx the bound (%lld calls)\n",
+          b.layer, b.expert_scheme.c_str(), static_cast<long long>(b.batch), b.us,
+          b.bytes_per_call / 1e6, b.bound_us, b.bandwidth_gbps, b.ratio_to_bound,
+          static_cast<long long>(b.calls));
     }
   }
   if (o.json) {
-    std::printf("%s\n", nlohmann::ordered_json{{"checkpoint", o.checkpoint}, {"layers", layers}}.dump().c_str());
+    std::printf(
+        "%s\n",
+        nlohmann::ordered_json{{"checkpoint", o.checkpoint}, {"layers", layers}}.dump().c_str());
   }
   return 0;
 }
@@ -75,8 +78,11 @@ std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
 }
 
 int run_bench(const BenchOptions& o) {
-  if (static_cast<int>(o.gemv) + static_cast<int>(o.moe) + static_cast<int>(!o.checkpoint.empty()) != 1) {
-    std::fprintf(stderr, "fp4moe bench: choose exactly one of --gemv, --moe and --checkpoint DIR\n");
+  if (static_cast<int>(o.gemv) + static_cast<int>(o.moe) +
+          static_cast<int>(!o.checkpoint.empty()) !=
+      1) {
+    std::fprintf(stderr,
+                 "fp4moe bench: choose exactly one of --gemv, --moe and --checkpoint DIR\n");
     return 2;
   }
   if (!o.checkpoint.empty()) return run_checkpoint_bench(o);

@@ -7,8 +7,8 @@
 
 #include "cli/command.h"
 #include "core/thread_pool.h"
-#include "dispatch/measure.h"
 #include "detect/directory.h"
+#include "dispatch/measure.h"
 #include "plan/plan.h"
 
 namespace fp4moe::cli {
