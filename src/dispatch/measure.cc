@@ -68,6 +68,47 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats) 
   return best;
 }
 
+RandomMatrix::RandomMatrix(kernels::WeightFormat f, int64_t rows, int64_t cols,
+                           std::mt19937_64& rng)
+    : format(f), n(rows), k(cols) {
+  auto fill = [&rng](std::vector<uint8_t>& v, int lo, int hi) {
+    std::uniform_int_distribution<int> d(lo, hi);
+    for (uint8_t& b : v) b = static_cast<uint8_t>(d(rng));
+  };
+  switch (f) {
+    case kernels::WeightFormat::kNvfp4:
+      codes.resize(static_cast<size_t>(n * k / 2));
+      scales.resize(static_cast<size_t>(n * k / 16));
+      fill(codes, 0, 255);
+      fill(scales, 0x30, 0x40);
+      break;
+    case kernels::WeightFormat::kMxfp4:
+      codes.resize(static_cast<size_t>(n * k / 2));
+      scales.resize(static_cast<size_t>(n * k / 32));
+      fill(codes, 0, 255);
+      fill(scales, 118, 122);
+      break;
+    case kernels::WeightFormat::kFp8Block128:
+      codes.resize(static_cast<size_t>(n * k));
+      fill(codes, 0, 0x5F);  // magnitudes up to 2^4, never the NaN code 0x7F
+      for (size_t i = 0; i < codes.size(); i += 2) codes[i] |= 0x80;  // half of them negative
+      fp8_scales.assign(static_cast<size_t>((n + 127) / 128 * ((k + 127) / 128)), 1.0f / 1024.0f);
+      break;
+  }
+}
+
+Result<pack::PackedWeights> RandomMatrix::pack() const {
+  switch (format) {
+    case kernels::WeightFormat::kNvfp4:
+      return pack::pack_nvfp4("bench", codes, scales, 0.05f, n, k);
+    case kernels::WeightFormat::kMxfp4:
+      return pack::pack_mxfp4("bench", codes, scales, n, k);
+    case kernels::WeightFormat::kFp8Block128:
+      return pack::pack_fp8_block128("bench", codes, fp8_scales, n, k);
+  }
+  return Error{"bench: unknown format"};
+}
+
 Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
                                    int64_t m, int64_t k, int64_t n, size_t min_bytes,
                                    double min_seconds, ThreadPool& pool) {
@@ -76,45 +117,9 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
     return Error{"bench: K = " + std::to_string(k) + " is not a multiple of the " +
                  std::string(kernels::weight_format_name(format)) + " block"};
   }
-  // A checkpoint-layout matrix of random codes and plausible scales (weights ~ 2^-7 .. 2^-3).
   std::mt19937_64 rng(1234);
-  std::vector<uint8_t> codes, scales;
-  std::vector<float> fp8_scales;
-  auto random_bytes = [&rng](std::vector<uint8_t>& v, uint8_t lo, uint8_t hi) {
-    std::uniform_int_distribution<int> d(lo, hi);
-    for (uint8_t& b : v) b = static_cast<uint8_t>(d(rng));
-  };
-  switch (format) {
-    case kernels::WeightFormat::kNvfp4:
-      codes.resize(n * k / 2);
-      scales.resize(n * k / 16);
-      random_bytes(codes, 0, 255);
-      random_bytes(scales, 0x30, 0x5F);
-      break;
-    case kernels::WeightFormat::kMxfp4:
-      codes.resize(n * k / 2);
-      scales.resize(n * k / 32);
-      random_bytes(codes, 0, 255);
-      random_bytes(scales, 118, 124);
-      break;
-    case kernels::WeightFormat::kFp8Block128:
-      codes.resize(n * k);
-      random_bytes(codes, 0, 0x7E);  // no NaN codes (0x7F / 0xFF); signs via the high bit below
-      for (size_t i = 0; i < codes.size(); i += 2) codes[i] |= 0x80;
-      fp8_scales.assign((n + 127) / 128 * ((k + 127) / 128), 1.0f / 448.0f);
-      break;
-  }
-  auto pack_one = [&]() -> Result<pack::PackedWeights> {
-    switch (format) {
-      case kernels::WeightFormat::kNvfp4:
-        return pack::pack_nvfp4("bench", codes, scales, 0.01f, n, k);
-      case kernels::WeightFormat::kMxfp4:
-        return pack::pack_mxfp4("bench", codes, scales, n, k);
-      case kernels::WeightFormat::kFp8Block128:
-        return pack::pack_fp8_block128("bench", codes, fp8_scales, n, k);
-    }
-    return Error{"bench: unknown format"};
-  };
+  const RandomMatrix source(format, n, k, rng);
+  auto pack_one = [&source] { return source.pack(); };
 
   GemmBenchResult r;
   r.format = kernels::weight_format_name(format);
@@ -131,7 +136,7 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   }
   const double pack_s = seconds_since(pack_t0);
   r.weight_bytes = set[0].streamed_bytes();
-  const size_t checkpoint_bytes = codes.size() + scales.size() + fp8_scales.size() * sizeof(float);
+  const size_t checkpoint_bytes = source.bytes();
   r.pack_s_per_gb = pack_s / (static_cast<double>(checkpoint_bytes) / 1e9);
   r.copies = static_cast<int>((min_bytes + r.weight_bytes - 1) / r.weight_bytes);
   if (r.copies < 1) r.copies = 1;

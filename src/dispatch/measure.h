@@ -4,17 +4,34 @@
 
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/types.h"
+#include "pack/pack.h"
 
 namespace fp4moe::dispatch {
 
 // Best of `repeats` streaming reads of a `bytes` buffer (>= 1 GiB for a DRAM figure), all
 // threads of `pool` reading disjoint slices, in GB/s (1e9 bytes per second).
 double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats = 3);
+
+// Random checkpoint-layout data for one [n, k] matrix of `format`: uniform codes (no NaN) and
+// scales that keep weights small (~2^-7 .. 2^-3), so benchmarks of whole layers stay finite.
+// Shared by the GEMM and MoE-layer benchmarks.
+struct RandomMatrix {
+  kernels::WeightFormat format;
+  int64_t n, k;
+  std::vector<uint8_t> codes, scales;  // FP4 codes + block scales, or FP8 codes
+  std::vector<float> fp8_scales;       // FP8 block-128 only
+
+  RandomMatrix(kernels::WeightFormat format, int64_t n, int64_t k, std::mt19937_64& rng);
+  size_t bytes() const { return codes.size() + scales.size() + sizeof(float) * fp8_scales.size(); }
+  Result<pack::PackedWeights> pack() const;
+};
 
 struct GemmBenchResult {
   std::string format, isa, kernel;

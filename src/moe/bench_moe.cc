@@ -23,53 +23,6 @@ constexpr int kTopK = 6;
 constexpr int64_t kHidden = 4096;
 constexpr int64_t kInter = 2048;
 
-// Random checkpoint-layout data for one [n, k] matrix of `format`, packed `copies` times.
-struct MatrixSource {
-  kernels::WeightFormat format;
-  int64_t n, k;
-  std::vector<uint8_t> codes, scales;
-  std::vector<float> fp8_scales;
-
-  MatrixSource(kernels::WeightFormat f, int64_t rows, int64_t cols, std::mt19937_64& rng)
-      : format(f), n(rows), k(cols) {
-    auto fill = [&rng](std::vector<uint8_t>& v, int lo, int hi) {
-      std::uniform_int_distribution<int> d(lo, hi);
-      for (uint8_t& b : v) b = static_cast<uint8_t>(d(rng));
-    };
-    switch (f) {
-      case kernels::WeightFormat::kNvfp4:
-        codes.resize(n * k / 2);
-        scales.resize(n * k / 16);
-        fill(codes, 0, 255);
-        fill(scales, 0x30, 0x40);
-        break;
-      case kernels::WeightFormat::kMxfp4:
-        codes.resize(n * k / 2);
-        scales.resize(n * k / 32);
-        fill(codes, 0, 255);
-        fill(scales, 118, 122);
-        break;
-      case kernels::WeightFormat::kFp8Block128:
-        codes.resize(n * k);
-        fill(codes, 0, 0x5F);  // magnitudes up to 2^4, never the NaN code
-        fp8_scales.assign((n + 127) / 128 * ((k + 127) / 128), 1.0f / 1024.0f);
-        break;
-    }
-  }
-  size_t bytes() const { return codes.size() + scales.size() + 4 * fp8_scales.size(); }
-  Result<pack::PackedWeights> pack() const {
-    switch (format) {
-      case kernels::WeightFormat::kNvfp4:
-        return pack::pack_nvfp4("bench", codes, scales, 0.05f, n, k);
-      case kernels::WeightFormat::kMxfp4:
-        return pack::pack_mxfp4("bench", codes, scales, n, k);
-      case kernels::WeightFormat::kFp8Block128:
-        return pack::pack_fp8_block128("bench", codes, fp8_scales, n, k);
-    }
-    return Error{"unknown format"};
-  }
-};
-
 }  // namespace
 
 nlohmann::ordered_json MoeBenchResult::to_json() const {
@@ -105,14 +58,17 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
                                        ThreadPool& pool) {
   if (batch < 1) return Error{"bench --moe: batch must be >= 1"};
   std::mt19937_64 rng(42);
-  const MatrixSource up_src(routed_format, kInter, kHidden, rng);
-  const MatrixSource down_src(routed_format, kHidden, kInter, rng);
-  const MatrixSource shared_up_src(kernels::WeightFormat::kFp8Block128, kInter, kHidden, rng);
-  const MatrixSource shared_down_src(kernels::WeightFormat::kFp8Block128, kHidden, kInter, rng);
+  const dispatch::RandomMatrix up_src(routed_format, kInter, kHidden, rng);
+  const dispatch::RandomMatrix down_src(routed_format, kHidden, kInter, rng);
+  const dispatch::RandomMatrix shared_up_src(kernels::WeightFormat::kFp8Block128, kInter, kHidden,
+                                             rng);
+  const dispatch::RandomMatrix shared_down_src(kernels::WeightFormat::kFp8Block128, kHidden, kInter,
+                                               rng);
 
   // Every expert gets its own copy: 256 x 3 matrices (about 3.4 GB in NVFP4), as in a checkpoint.
   std::vector<std::unique_ptr<pack::PackedWeights>> store;
-  auto pack_copy = [&store](const MatrixSource& src) -> Result<const pack::PackedWeights*> {
+  auto pack_copy =
+      [&store](const dispatch::RandomMatrix& src) -> Result<const pack::PackedWeights*> {
     auto p = src.pack();
     if (!p.ok()) return p.error();
     store.push_back(std::make_unique<pack::PackedWeights>(std::move(p).value()));
@@ -124,8 +80,8 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   for (int e = 0; e < kExperts + 1; ++e) {
     const bool is_shared = e == kExperts;
     ExpertWeights& w = is_shared ? shared[0] : experts[e];
-    const MatrixSource& up = is_shared ? shared_up_src : up_src;
-    const MatrixSource& down = is_shared ? shared_down_src : down_src;
+    const dispatch::RandomMatrix& up = is_shared ? shared_up_src : up_src;
+    const dispatch::RandomMatrix& down = is_shared ? shared_down_src : down_src;
     for (auto [slot, src] :
          {std::pair{&w.gate, &up}, std::pair{&w.up, &up}, std::pair{&w.down, &down}}) {
       auto p = pack_copy(*src);
