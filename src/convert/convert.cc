@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/tensor_values.h"
 #include "checkpoint/writer.h"
 #include "detect/directory.h"
 #include "formats/block.h"
@@ -208,53 +209,33 @@ Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
   return modules;
 }
 
-Result<std::span<const uint8_t>> bytes_of(const CheckpointDir& dir, const CheckpointTensor& t) {
-  auto data = dir.data(t);
-  if (!data.ok()) return data.error();
-  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data->data()), data->size());
-}
+using checkpoint::tensor_bytes;
 
 // The module's exact values in float32 (BF16/F16 widen exactly; FP8 and MXFP4 dequantize exactly).
 Result<std::vector<float>> module_values(const CheckpointDir& dir, const Module& m) {
-  auto w = bytes_of(dir, *m.weight);
+  auto w = tensor_bytes(dir, *m.weight);
   if (!w.ok()) return w.error();
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   const std::string& name = m.weight->info->name;
   switch (m.kind) {
     case SourceKind::kFloat:
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t h = 0;
-        switch (m.weight->info->dtype) {
-          case DType::F32:
-            std::memcpy(&out[i], w->data() + 4 * i, 4);
-            break;
-          case DType::BF16:
-            std::memcpy(&h, w->data() + 2 * i, 2);
-            out[i] = formats::decode_bf16(h);
-            break;
-          default:
-            std::memcpy(&h, w->data() + 2 * i, 2);
-            out[i] = formats::decode_fp16(h);
-            break;
-        }
-      }
-      return out;
+      return checkpoint::read_f32(dir, *m.weight);
     case SourceKind::kFp8Block: {
-      auto s = bytes_of(dir, *m.scale);
+      auto s = tensor_bytes(dir, *m.scale);
       if (!s.ok()) return s.error();
       Status st;
       if (m.scale->info->dtype == DType::F8_E8M0) {
         st = formats::dequantize_fp8_block128_ue8m0(name, *w, *s, m.rows, m.cols, out);
-      } else {  // F32 scale_inv, copied: safetensors offsets need not be 4-byte aligned
-        std::vector<float> scales(s->size() / 4);
-        std::memcpy(scales.data(), s->data(), scales.size() * 4);
-        st = formats::dequantize_fp8_block128(name, *w, scales, m.rows, m.cols, out);
+      } else {
+        auto scales = checkpoint::read_f32(dir, *m.scale);
+        if (!scales.ok()) return scales.error();
+        st = formats::dequantize_fp8_block128(name, *w, *scales, m.rows, m.cols, out);
       }
       if (!st.ok()) return st.error();
       return out;
     }
     case SourceKind::kMxfp4: {
-      auto s = bytes_of(dir, *m.scale);
+      auto s = tensor_bytes(dir, *m.scale);
       if (!s.ok()) return s.error();
       const Status st = formats::dequantize_mxfp4(name, *w, *s, m.rows, m.cols, out);
       if (!st.ok()) return st.error();
@@ -274,9 +255,9 @@ Status transcode_group(const CheckpointDir& dir, std::vector<Module*>& members,
   std::vector<formats::Mxfp4Source> sources;
   std::vector<formats::Nvfp4Destination> destinations;
   for (Module* m : members) {
-    auto packed = bytes_of(dir, *m->weight);
+    auto packed = tensor_bytes(dir, *m->weight);
     if (!packed.ok()) return packed.error();
-    auto scales = bytes_of(dir, *m->scale);
+    auto scales = tensor_bytes(dir, *m->scale);
     if (!scales.ok()) return scales.error();
     m->packed.resize(packed->size());
     m->block_scales.resize(packed->size() / 8);
@@ -430,7 +411,7 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(
 }
 
 template <class T>
-std::span<const std::byte> as_bytes_of(const std::vector<T>& v) {
+std::span<const std::byte> as_tensor_bytes(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v));
 }
 
@@ -566,8 +547,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight"));
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + scale_name));
       } else {
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_bytes_of(m.packed)));
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + scale_name, as_bytes_of(m.block_scales)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_tensor_bytes(m.packed)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + scale_name, as_tensor_bytes(m.block_scales)));
       }
       if (to_nvfp4) {
         FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale_2",

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "checkpoint/dtype.h"
+#include "checkpoint/tensor_values.h"
 #include "formats/block.h"
 #include "formats/scalar.h"
 
@@ -50,44 +51,9 @@ T json_value(const nlohmann::json& config, const char* key, T fallback) {
   }
 }
 
-Result<std::span<const uint8_t>> bytes_of(const CheckpointDir& dir, const CheckpointTensor& t) {
-  auto data = dir.data(t);
-  if (!data.ok()) return data.error();
-  return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data->data()), data->size());
-}
+using checkpoint::read_f32;
 
-// Any float tensor widened to F32 (copied: safetensors offsets need not be 4-byte aligned).
-Result<std::vector<float>> read_floats(const CheckpointDir& dir, const CheckpointTensor& t) {
-  auto bytes = bytes_of(dir, t);
-  if (!bytes.ok()) return bytes.error();
-  std::vector<float> out(t.info->element_count);
-  const uint8_t* p = bytes->data();
-  for (size_t i = 0; i < out.size(); ++i) {
-    switch (t.info->dtype) {
-      case DType::F32:
-        std::memcpy(&out[i], p + 4 * i, 4);
-        break;
-      case DType::BF16: {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = formats::decode_bf16(h);
-        break;
-      }
-      case DType::F16: {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = formats::decode_fp16(h);
-        break;
-      }
-      default:
-        return Error{dir.path().string() + ": tensor '" + t.info->name +
-                     "': expected F32, BF16 or "
-                     "F16, found " +
-                     std::string(checkpoint::dtype_name(t.info->dtype))};
-    }
-  }
-  return out;
-}
+using checkpoint::tensor_bytes;
 
 Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& module) {
   StoredMatrix m;
@@ -133,29 +99,29 @@ Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& mo
 }
 
 Result<pack::PackedWeights> pack_matrix(const CheckpointDir& dir, const StoredMatrix& m) {
-  auto weight = bytes_of(dir, *m.weight);
+  auto weight = tensor_bytes(dir, *m.weight);
   if (!weight.ok()) return weight.error();
-  auto scale = bytes_of(dir, *m.scale);
+  auto scale = tensor_bytes(dir, *m.scale);
   if (!scale.ok()) return scale.error();
   const std::string& name = m.weight->info->name;
   if (m.scheme == "mxfp4") return pack::pack_mxfp4(name, *weight, *scale, m.n, m.k);
   if (m.scheme == "nvfp4") {
-    auto ts = read_floats(dir, *m.tensor_scale);
+    auto ts = read_f32(dir, *m.tensor_scale);
     if (!ts.ok()) return ts.error();
     return pack::pack_nvfp4(name, *weight, *scale, (*ts)[0], m.n, m.k);
   }
   if (m.scale->info->dtype == DType::F8_E8M0) {
     return pack::pack_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k);
   }
-  auto scales = read_floats(dir, *m.scale);
+  auto scales = read_f32(dir, *m.scale);
   if (!scales.ok()) return scales.error();
   return pack::pack_fp8_block128(name, *weight, *scales, m.n, m.k);
 }
 
 Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const StoredMatrix& m) {
-  auto weight = bytes_of(dir, *m.weight);
+  auto weight = tensor_bytes(dir, *m.weight);
   if (!weight.ok()) return weight.error();
-  auto scale = bytes_of(dir, *m.scale);
+  auto scale = tensor_bytes(dir, *m.scale);
   if (!scale.ok()) return scale.error();
   std::vector<float> out(static_cast<size_t>(m.n * m.k));
   const std::string& name = m.weight->info->name;
@@ -163,13 +129,13 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   if (m.scheme == "mxfp4") {
     s = formats::dequantize_mxfp4(name, *weight, *scale, m.n, m.k, out);
   } else if (m.scheme == "nvfp4") {
-    auto ts = read_floats(dir, *m.tensor_scale);
+    auto ts = read_f32(dir, *m.tensor_scale);
     if (!ts.ok()) return ts.error();
     s = formats::dequantize_nvfp4(name, *weight, *scale, (*ts)[0], m.n, m.k, out);
   } else if (m.scale->info->dtype == DType::F8_E8M0) {
     s = formats::dequantize_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k, out);
   } else {
-    auto scales = read_floats(dir, *m.scale);
+    auto scales = read_f32(dir, *m.scale);
     if (!scales.ok()) return scales.error();
     s = formats::dequantize_fp8_block128(name, *weight, *scales, m.n, m.k, out);
   }
@@ -287,11 +253,11 @@ Result<MoeCheckpointLayer> MoeCheckpointLayer::load(const CheckpointDir& dir,
   const auto* router = dir.find(expand(n.router_weight, layer));
   if (router == nullptr)
     return Error{dir.path().string() + ": no router '" + expand(n.router_weight, layer) + "'"};
-  auto weight = read_floats(dir, *router);
+  auto weight = read_f32(dir, *router);
   if (!weight.ok()) return weight.error();
   out.router_weight_ = std::move(*weight);
   if (const auto* bias = dir.find(expand(n.router_bias, layer))) {
-    auto b = read_floats(dir, *bias);
+    auto b = read_f32(dir, *bias);
     if (!b.ok()) return b.error();
     out.router_bias_ = std::move(*b);
   }
