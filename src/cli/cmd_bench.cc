@@ -22,6 +22,7 @@ struct BenchOptions {
   std::string format = "nvfp4";
   int64_t m = 1, k = 4096, n = 14336;
   std::string isa;
+  std::string precision = "w4a16";
   bool json = false;
   double min_gib = 1.0;
   double seconds = 2.0;
@@ -101,11 +102,17 @@ int run_bench(const BenchOptions& o) {
     }
     isa = *parsed;
   }
+  const auto precision = dispatch::parse_precision(o.precision);
+  if (!precision.ok()) {
+    std::fprintf(stderr, "fp4moe bench: %s\n", precision.error().message.c_str());
+    return 2;
+  }
   const size_t min_bytes = static_cast<size_t>(o.min_gib * double(size_t{1} << 30));
   ThreadPool& pool = ThreadPool::global();
   nlohmann::ordered_json j;
   if (o.gemv) {
-    auto r = dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool);
+    auto r =
+        dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool, *precision);
     if (!r.ok()) {
       std::fprintf(stderr, "fp4moe bench: %s\n", r.error().message.c_str());
       return 1;
@@ -113,6 +120,7 @@ int run_bench(const BenchOptions& o) {
     j = {{"format", r->format},
          {"isa", r->isa},
          {"kernel", r->kernel},
+         {"precision", r->precision},
          {"m", r->m},
          {"k", r->k},
          {"n", r->n},
@@ -168,6 +176,10 @@ const CommandRegistrar registrar{Command{
       app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
           ->delimiter(',');
       app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512");
+      app.add_option("--precision", o->precision,
+                     "w4a16 (exact: F32 activations) | w4a8 (int8 activations per block, the "
+                     "separate W4A8 kernels; FP4 formats)")
+          ->capture_default_str();
       app.add_option("--min-gib", o->min_gib, "weight set streamed, GiB")->capture_default_str();
       app.add_option("--seconds", o->seconds, "minimum timed seconds")->capture_default_str();
       app.add_flag("--json", o->json, "print one JSON object");

@@ -9,8 +9,42 @@
 
 namespace fp4moe::dispatch {
 
+std::string_view precision_name(Precision p) { return p == Precision::kW4A8 ? "w4a8" : "w4a16"; }
+
+Result<Precision> parse_precision(std::string_view name) {
+  if (name == "w4a16" || name == "exact") return Precision::kExact;
+  if (name == "w4a8") return Precision::kW4A8;
+  return Error{"unknown precision '" + std::string(name) + "' (w4a16 | w4a8)"};
+}
+
+QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t max_k, int block)
+    : max_rows_(max_rows),
+      max_k_(max_k),
+      block_(block),
+      q_(static_cast<size_t>(max_rows * max_k)),
+      scales_(static_cast<size_t>(max_rows * (max_k / block))),
+      sums_(scales_.size()) {}
+
+kernels::QuantizedActivations QuantizedActivationBuffer::quantize(const float* x, int64_t ldx,
+                                                                  int64_t m, int64_t k,
+                                                                  kernels::Isa isa,
+                                                                  ThreadPool& pool) {
+  FP4MOE_CHECK(m <= max_rows_ && k <= max_k_ && k % block_ == 0);
+  const kernels::ActivationQuantizerInfo* quantizer = kernels::find_activation_quantizer(isa);
+  if (quantizer == nullptr) quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  const int64_t blocks = k / block_;
+  // Rows in a few tasks per thread; a single row is one task (cheap next to its product).
+  const int64_t tasks = std::min<int64_t>(m, int64_t{pool.size()} * 2);
+  pool.run(tasks, [&](int64_t task, int) {
+    const int64_t r0 = m * task / tasks, r1 = m * (task + 1) / tasks;
+    quantizer->fn(x + r0 * ldx, ldx, r1 - r0, k, block_, q_.data() + r0 * k,
+                  scales_.data() + r0 * blocks, sums_.data() + r0 * blocks);
+  });
+  return kernels::QuantizedActivations{q_.data(), scales_.data(), sums_.data(), k, blocks};
+}
+
 Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
-                                      std::optional<kernels::Isa> isa) {
+                                      std::optional<kernels::Isa> isa, Precision precision) {
   std::string why;
   kernels::Isa chosen;
   if (isa) {
@@ -36,11 +70,36 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
     return Error{"no " + std::string(kernels::weight_format_name(w.format)) + " kernel for ISA " +
                  std::string(kernels::isa_name(chosen))};
   }
-  return LinearPlan(&w, k, std::move(why));
+  const kernels::W4A8KernelInfo* w4a8 = nullptr;
+  if (precision == Precision::kW4A8) {
+    w4a8 = kernels::find_w4a8_kernel(w.format, chosen);
+    if (w4a8 == nullptr) {
+      return Error{"no W4A8 " + std::string(kernels::weight_format_name(w.format)) +
+                   " kernel for ISA " + std::string(kernels::isa_name(chosen)) +
+                   " (W4A8 covers the FP4 formats)"};
+    }
+  }
+  return LinearPlan(&w, chosen, k, w4a8, std::move(why));
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {
   return std::max<int64_t>(1, std::min<int64_t>(n_tiles, int64_t{threads} * 4));
+}
+
+void LinearPlan::run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
+                          ThreadPool& pool) const {
+  FP4MOE_CHECK(w4a8_ != nullptr);
+  const int64_t tiles = w_->n_tiles;
+  const int64_t tasks = tile_tasks(tiles, pool.size());
+  pool.run(tasks, [&](int64_t task, int) {
+    w4a8_->fn(*w_, x, m, y, ldy, tiles * task / tasks, tiles * (task + 1) / tasks);
+  });
+}
+
+void LinearPlan::run_quantizing(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                                QuantizedActivationBuffer& buffer, ThreadPool& pool) const {
+  FP4MOE_CHECK(buffer.block() == activation_block());
+  run_w4a8(buffer.quantize(x, ldx, m, w_->k, isa_, pool), m, y, ldy, pool);
 }
 
 void LinearPlan::run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,

@@ -6,6 +6,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -14,15 +16,45 @@
 
 namespace fp4moe::dispatch {
 
+// Which product a plan computes. kExact (W4A16, the default): decoded weights times the F32
+// activations, accumulated in F32. kW4A8: the separate int8-activation kernel family, with the
+// error bound stated in kernels/types.h; only for the FP4 formats, and only when asked for.
+enum class Precision : uint8_t { kExact, kW4A8 };
+std::string_view precision_name(Precision p);  // "w4a16" | "w4a8"
+Result<Precision> parse_precision(std::string_view name);
+
+// Int8 activations for W4A8 products: storage sized once (no allocation per product), filled by
+// quantize() and read by every product that takes the same activations (gate and up share one).
+class QuantizedActivationBuffer {
+ public:
+  QuantizedActivationBuffer() = default;
+  // Room for `max_rows` rows of `max_k` activations, quantized per `block`.
+  QuantizedActivationBuffer(int64_t max_rows, int64_t max_k, int block);
+  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) with the `isa` quantizer, rows
+  // split over the pool, and returns the view the W4A8 kernels read.
+  kernels::QuantizedActivations quantize(const float* x, int64_t ldx, int64_t m, int64_t k,
+                                         kernels::Isa isa, ThreadPool& pool);
+  int block() const { return block_; }
+
+ private:
+  int64_t max_rows_ = 0, max_k_ = 0;
+  int block_ = 1;
+  std::vector<int8_t> q_;
+  std::vector<float> scales_;
+  std::vector<int32_t> sums_;
+};
+
 class LinearPlan {
  public:
   // Chooses the kernel for `w` (which must outlive the plan): `isa` if given, else the forced ISA
   // (test hook / FP4MOE_ISA), else the best the host supports. An ISA the host lacks, or one the
-  // kernel list has no kernel for, is an Error.
+  // kernel list has no kernel for (at the asked precision), is an Error.
   static Result<LinearPlan> create(const kernels::PackedMatrix& w,
-                                   std::optional<kernels::Isa> isa = std::nullopt);
+                                   std::optional<kernels::Isa> isa = std::nullopt,
+                                   Precision precision = Precision::kExact);
 
-  // y[m, n] = x[m, k] . W^T in F32, split over the pool's threads by tile ranges.
+  // y[m, n] = x[m, k] . W^T in F32, split over the pool's threads by tile ranges: always the exact
+  // (W4A16) kernel; a W4A8 plan's own product is run_w4a8 / run_quantizing.
   void run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, ThreadPool& pool) const;
   // BF16 activations: widened to F32 (exactly) into `scratch` (>= m * k floats), then as above.
   void run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy, std::span<float> scratch,
@@ -33,16 +65,35 @@ class LinearPlan {
     kernel_->fn(*w_, x, ldx, m, y, ldy, tile_begin, tile_end);
   }
 
+  // W4A8 plans: the product over activations already quantized for this plan's block ...
+  void run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
+                ThreadPool& pool) const;
+  void run_tiles_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
+                      int64_t tile_begin, int64_t tile_end) const {
+    w4a8_->fn(*w_, x, m, y, ldy, tile_begin, tile_end);
+  }
+  // ... or quantize x into `buffer` first (the cost a single product pays).
+  void run_quantizing(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                      QuantizedActivationBuffer& buffer, ThreadPool& pool) const;
+
+  Precision precision() const { return w4a8_ != nullptr ? Precision::kW4A8 : Precision::kExact; }
+  // K elements per activation scale of a W4A8 plan (the weight format's block).
+  int activation_block() const { return kernels::weight_format_k_block(w_->format); }
+  kernels::Isa isa() const { return isa_; }
+  std::string_view kernel_name() const { return w4a8_ != nullptr ? w4a8_->name : kernel_->name; }
   const kernels::KernelInfo& kernel() const { return *kernel_; }
   const kernels::PackedMatrix& weights() const { return *w_; }
   int64_t n_tiles() const { return w_->n_tiles; }
   std::string describe() const;
 
  private:
-  LinearPlan(const kernels::PackedMatrix* w, const kernels::KernelInfo* k, std::string why)
-      : w_(w), kernel_(k), why_(std::move(why)) {}
+  LinearPlan(const kernels::PackedMatrix* w, kernels::Isa isa, const kernels::KernelInfo* k,
+             const kernels::W4A8KernelInfo* w4a8, std::string why)
+      : w_(w), isa_(isa), kernel_(k), w4a8_(w4a8), why_(std::move(why)) {}
   const kernels::PackedMatrix* w_;
-  const kernels::KernelInfo* kernel_;
+  kernels::Isa isa_;
+  const kernels::KernelInfo* kernel_;    // the exact kernel (every plan has one)
+  const kernels::W4A8KernelInfo* w4a8_;  // set for W4A8 plans
   std::string why_;
 };
 

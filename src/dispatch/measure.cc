@@ -111,7 +111,7 @@ Result<pack::PackedWeights> RandomMatrix::pack() const {
 
 Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
                                    int64_t m, int64_t k, int64_t n, size_t min_bytes,
-                                   double min_seconds, ThreadPool& pool) {
+                                   double min_seconds, ThreadPool& pool, Precision precision) {
   if (m < 1 || k < 1 || n < 1) return Error{"bench: m, k and n must be positive"};
   if (k % kernels::weight_format_k_block(format) != 0) {
     return Error{"bench: K = " + std::to_string(k) + " is not a multiple of the " +
@@ -147,12 +147,13 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   }
   std::vector<LinearPlan> plans;
   for (const pack::PackedWeights& w : set) {
-    auto plan = LinearPlan::create(w.view(), isa);
+    auto plan = LinearPlan::create(w.view(), isa, precision);
     if (!plan.ok()) return plan.error();
     plans.push_back(std::move(plan).value());
   }
   r.isa = kernels::isa_name(plans[0].kernel().isa);
-  r.kernel = plans[0].kernel().name;
+  r.kernel = plans[0].kernel_name();
+  r.precision = precision_name(precision);
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(m * k), y(m * n);
@@ -160,13 +161,21 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
 
   r.bandwidth_gbps =
       measure_read_bandwidth_gbps(pool, std::max<size_t>(min_bytes, size_t{1} << 30));
+  QuantizedActivationBuffer quantized(m, k, kernels::weight_format_k_block(format));
+  auto product = [&](const LinearPlan& p) {
+    if (precision == Precision::kW4A8) {
+      p.run_quantizing(x.data(), k, m, y.data(), n, quantized, pool);
+    } else {
+      p.run(x.data(), k, m, y.data(), n, pool);
+    }
+  };
   // One warm-up pass over the set, then whole passes until min_seconds.
-  for (const LinearPlan& p : plans) p.run(x.data(), k, m, y.data(), n, pool);
+  for (const LinearPlan& p : plans) product(p);
   int64_t products = 0;
   const auto t0 = Clock::now();
   double elapsed = 0;
   do {
-    for (const LinearPlan& p : plans) p.run(x.data(), k, m, y.data(), n, pool);
+    for (const LinearPlan& p : plans) product(p);
     products += static_cast<int64_t>(plans.size());
     elapsed = seconds_since(t0);
   } while (elapsed < min_seconds);

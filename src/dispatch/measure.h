@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "dispatch/linear.h"
 #include "kernels/types.h"
 #include "pack/pack.h"
 
@@ -34,7 +35,7 @@ struct RandomMatrix {
 };
 
 struct GemmBenchResult {
-  std::string format, isa, kernel;
+  std::string format, isa, kernel, precision;
   int64_t m = 0, k = 0, n = 0;
   size_t weight_bytes = 0;    // one matrix, codes + scales
   int copies = 0;             // matrices streamed in turn (copies * weight_bytes >= min_bytes)
@@ -48,9 +49,11 @@ struct GemmBenchResult {
 };
 
 // Packs `copies` matrices of random codes and valid scales, measures the read bandwidth, then
-// runs Y = X . W^T over the copies in turn for at least `min_seconds`.
+// runs Y = X . W^T over the copies in turn for at least `min_seconds`. A W4A8 product's time
+// includes quantizing its activations (as a lone product must).
 Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
                                    int64_t m, int64_t k, int64_t n, size_t min_bytes,
-                                   double min_seconds, ThreadPool& pool);
+                                   double min_seconds, ThreadPool& pool,
+                                   Precision precision = Precision::kExact);
 
 }  // namespace fp4moe::dispatch

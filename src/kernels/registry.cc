@@ -47,9 +47,35 @@ constexpr KernelInfo kKernels[] = {
 #include "kernels/kernel_list.inc"
 #undef FP4MOE_GEMM_KERNEL
 };
+constexpr W4A8KernelInfo kW4A8Kernels[] = {
+#define FP4MOE_W4A8_KERNEL(fn, format, isa) {#fn, WeightFormat::format, Isa::isa, &fn},
+#include "kernels/kernel_list.inc"
+#undef FP4MOE_W4A8_KERNEL
+};
+constexpr ActivationQuantizerInfo kQuantizers[] = {
+#define FP4MOE_ACT_QUANTIZER(fn, isa) {#fn, Isa::isa, &fn},
+#include "kernels/kernel_list.inc"
+#undef FP4MOE_ACT_QUANTIZER
+};
 }  // namespace
 
 std::span<const KernelInfo> all_kernels() { return kKernels; }
+std::span<const W4A8KernelInfo> all_w4a8_kernels() { return kW4A8Kernels; }
+std::span<const ActivationQuantizerInfo> all_activation_quantizers() { return kQuantizers; }
+
+const W4A8KernelInfo* find_w4a8_kernel(WeightFormat format, Isa isa) {
+  for (const W4A8KernelInfo& k : kW4A8Kernels) {
+    if (k.format == format && k.isa == isa) return &k;
+  }
+  return nullptr;
+}
+
+const ActivationQuantizerInfo* find_activation_quantizer(Isa isa) {
+  for (const ActivationQuantizerInfo& q : kQuantizers) {
+    if (q.isa == isa) return &q;
+  }
+  return nullptr;
+}
 
 const KernelInfo* find_kernel(WeightFormat format, Isa isa) {
   for (const KernelInfo& k : kKernels) {

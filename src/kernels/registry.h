@@ -21,4 +21,22 @@ std::span<const KernelInfo> all_kernels();
 // The kernel for (format, isa), or nullptr when the list has none.
 const KernelInfo* find_kernel(WeightFormat format, Isa isa);
 
+// The W4A8 family (types.h), kept apart so nothing picks it by accident.
+struct W4A8KernelInfo {
+  std::string_view name;
+  WeightFormat format;
+  Isa isa;
+  GemmW4A8Kernel fn;
+};
+std::span<const W4A8KernelInfo> all_w4a8_kernels();
+const W4A8KernelInfo* find_w4a8_kernel(WeightFormat format, Isa isa);
+
+struct ActivationQuantizerInfo {
+  std::string_view name;
+  Isa isa;
+  QuantizeActivationsFn fn;
+};
+std::span<const ActivationQuantizerInfo> all_activation_quantizers();
+const ActivationQuantizerInfo* find_activation_quantizer(Isa isa);
+
 }  // namespace fp4moe::kernels

@@ -74,4 +74,29 @@ struct PackedMatrix {
 using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                             int64_t ldy, int64_t tile_begin, int64_t tile_end);
 
+// ------------------------------------------------------------------------------------------------
+// W4A8 ("activations in int8", the llama.cpp q8 scheme): a separate, named kernel family, never
+// chosen unless asked for. Each token's activations are quantized per K block (the weight format's
+// block: 16 for NVFP4, 32 for MXFP4) to int8 codes q = round_half_even(x * 127 / amax) with the
+// F32 scale amax / 127 (0 for an all-zero block, NaN for a block holding Inf or NaN, so the
+// output says so). Weight codes and activation codes are multiplied in integers, exactly; each
+// block's integer sum times (weight block scale * activation scale) is accumulated in F32.
+// Error against the exact W4A16 product: per output, at most sum over blocks of
+// (amax_block / 254) * sum |w| over the block, plus the FP32 summation error (tests/ check it).
+struct QuantizedActivations {
+  const int8_t* q;      // [m, k] codes, row stride ldq
+  const float* scales;  // [m, k / block] F32 scales, row stride lds
+  const int32_t*
+      sums;  // [m, k / block] sum of the block's codes (an offset correction), stride lds
+  int64_t ldq, lds;
+};
+
+// y[i, n] for tokens i < m and rows n in tiles [tile_begin, tile_end), as GemmKernel.
+using GemmW4A8Kernel = void (*)(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
+                                float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end);
+// Quantizes x [m, k] (row stride ldx) per `block` into q (stride k), scales and sums (stride
+// k / block). Every ISA's quantizer gives the same bits.
+using QuantizeActivationsFn = void (*)(const float* x, int64_t ldx, int64_t m, int64_t k, int block,
+                                       int8_t* q, float* scales, int32_t* sums);
+
 }  // namespace fp4moe::kernels

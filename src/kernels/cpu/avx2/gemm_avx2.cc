@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
 
 namespace fp4moe::kernels {
@@ -30,29 +31,8 @@ inline __m256i top_byte_ctrl(int j) {
   return _mm256_setr_epi32(dw(0), dw(1), dw(2), dw(3), dw(0), dw(1), dw(2), dw(3));
 }
 
-// The 8 rows' block scales as floats. UE4M3 -> F32: code << 20 lands the 4 exponent and 3
-// mantissa bits in F32's fields (bias 127 instead of 7, so times 2^120); F32 subnormals make
-// E4M3's subnormals exact too. E8M0 -> F32: code << 23 is 2^(code - 127) for codes 1..254 (code
-// 0, 2^-127, reads as 0: its weights are below 6 * 2^-127; pack/ rejects the NaN code 0xFF).
-template <WeightFormat kFormat>
-inline __m256 decode_block_scales(const uint8_t* codes) {
-  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-  if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
-  } else {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(c, 23));
-  }
-}
-
-inline void store_rows(float* y, __m256 v, int rows) {
-  if (rows == kTileRows) {
-    _mm256_storeu_ps(y, v);
-  } else {
-    alignas(32) float tmp[kTileRows];
-    _mm256_store_ps(tmp, v);
-    std::memcpy(y, tmp, sizeof(float) * rows);
-  }
-}
+using avx2::decode_block_scales;
+using avx2::store_rows;
 
 // Independent FMA chains per token within a block: an FMA has 4 cycles of latency and a chunk
 // issues one FMA per ~1 cycle per token, so one token needs 4 chains to be throughput-bound; with

@@ -45,7 +45,10 @@ inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
   if constexpr (kFormat == WeightFormat::kNvfp4) {
     return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)), _mm512_set1_ps(0x1p120f));
   } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(c, 23));
+    // Code 0 is 2^-127, the F32 subnormal 0x00400000 (code << 23 would give 0).
+    const __mmask16 zero_code = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
+    return _mm512_castsi512_ps(
+        _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero_code, _mm512_set1_epi32(0x00400000)));
   }
 }
 

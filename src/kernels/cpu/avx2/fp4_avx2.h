@@ -1,0 +1,41 @@
+// Helpers shared by the AVX2 kernel files (gemm_avx2.cc, w4a8_avx2.cc). Only for files compiled
+// with the AVX2 flags: include nothing of this from code that runs before dispatch.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/types.h"
+
+namespace fp4moe::kernels::avx2 {
+
+// The 8 rows' block scales as floats. UE4M3 -> F32: code << 20 lands the 4 exponent and 3
+// mantissa bits in F32's fields (bias 127 instead of 7, so times 2^120); F32 subnormals make
+// E4M3's subnormals exact too. E8M0 -> F32: code << 23 is 2^(code - 127) for codes 1..254; code
+// 0 is 2^-127, the F32 subnormal 0x00400000, OR-ed in where the code is 0 (pack/ rejects the NaN
+// code 0xFF).
+template <WeightFormat kFormat>
+inline __m256 decode_block_scales(const uint8_t* codes) {
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
+  } else {
+    const __m256i zero_code = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_or_si256(
+        _mm256_slli_epi32(c, 23), _mm256_and_si256(zero_code, _mm256_set1_epi32(0x00400000))));
+  }
+}
+
+// Stores the first `rows` lanes of v (a partial last tile must not write past row N).
+inline void store_rows(float* y, __m256 v, int rows) {
+  if (rows == kTileRows) {
+    _mm256_storeu_ps(y, v);
+  } else {
+    alignas(32) float tmp[kTileRows];
+    _mm256_store_ps(tmp, v);
+    std::memcpy(y, tmp, sizeof(float) * rows);
+  }
+}
+
+}  // namespace fp4moe::kernels::avx2

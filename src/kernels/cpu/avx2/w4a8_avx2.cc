@@ -1,0 +1,196 @@
+// AVX2 W4A8 kernels and activation quantizer (types.h, "W4A8"); compiled with only the AVX2 flags.
+//
+// Per 32-byte chunk of a tile (8 rows x 8 k, types.h): one in-lane pshufb transposes each 4x4
+// block of bytes so that dword r holds row r's 4 consecutive k (low nibbles: k 0-3, high: k 4-7);
+// one pshufb per nibble half maps codes to u = 2 * e2m1 + 12 in [0, 24] (pmaddubsw wants one
+// unsigned operand). Per token: pmaddubsw(u, 4 activation codes broadcast) sums pairs of k in
+// int16 (|.| <= 2 * 24 * 127 = 6096, so four of them still fit: 24384 < 32767), pmaddwd by ones
+// makes the per-row int32 sum, and 12 * sum(q) taken off makes it sum((2 * e2m1) * q), exact.
+// Then fma(float(sum), weight scale * activation scale, total) per block: the scalar W4A8 kernel's
+// operations, so the bits agree with it.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/avx2/fp4_avx2.h"
+#include "kernels/cpu/kernels_cpu.h"
+
+namespace fp4moe::kernels {
+namespace {
+
+using avx2::decode_block_scales;
+using avx2::store_rows;
+
+constexpr int32_t kCodeOffset = 12;  // u = 2 * e2m1 + 12
+
+inline __m256i offset_e2m1_x2_lut() {
+  return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+                          12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+}
+
+// In-lane 4x4 byte transpose: output byte 4r + j takes input byte 4j + r.
+inline __m256i transpose4x4_ctrl() {
+  return _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                          0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+}
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// MR tokens (starting at token i0) against one tile, over all of K.
+template <WeightFormat kFormat, int MR>
+inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
+                      const QuantizedActivations& x, int64_t i0, float* y, int64_t ldy, int rows) {
+  constexpr int kBlock = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
+  constexpr int kChunksPerBlock = kBlock / kFp4ChunkK;  // 2 or 4: whole chunk pairs
+  const int64_t k_blocks = w.k / kBlock;
+  const __m256i lut = offset_e2m1_x2_lut();
+  const __m256i transpose = transpose4x4_ctrl();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    __m256i lo[kChunksPerBlock], hi[kChunksPerBlock];
+    for (int c = 0; c < kChunksPerBlock; ++c) {
+      const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                tile + (b * kChunksPerBlock + c) * kChunkBytes)),
+                                            transpose);
+      lo[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
+      hi[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+    }
+    const __m256 w_scale = decode_block_scales<kFormat>(scales + b * kTileRows);
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* q = x.q + (i0 + i) * x.ldq + b * kBlock;
+      __m256i sum = _mm256_setzero_si256();
+      for (int c = 0; c < kChunksPerBlock; c += 2) {
+        const int8_t* qc = q + c * kFp4ChunkK;
+        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(qc)),
+                                     _mm256_maddubs_epi16(hi[c], broadcast4(qc + 4)));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[c + 1], broadcast4(qc + 8)));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[c + 1], broadcast4(qc + 12)));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones16));
+      }
+      const int64_t s = (i0 + i) * x.lds + b;
+      sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(kCodeOffset * x.sums[s]));
+      total[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                                 _mm256_mul_ps(w_scale, _mm256_set1_ps(x.scales[s])), total[i]);
+    }
+  }
+  const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * 0.5f);
+  for (int i = 0; i < MR; ++i)
+    store_rows(y + (i0 + i) * ldy, _mm256_mul_ps(total[i], out_scale), rows);
+}
+
+template <WeightFormat kFormat>
+void w4a8_gemm_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
+                    int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
+    const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+    float* yt = y + t * kTileRows;
+    // Four tokens share one decode of each block; 8 decoded vectors + 4 totals fit 16 registers.
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) w4a8_tile<kFormat, 4>(w, tile, scales, x, i, yt, ldy, rows);
+    switch (m - i) {
+      case 3:
+        w4a8_tile<kFormat, 3>(w, tile, scales, x, i, yt, ldy, rows);
+        break;
+      case 2:
+        w4a8_tile<kFormat, 2>(w, tile, scales, x, i, yt, ldy, rows);
+        break;
+      case 1:
+        w4a8_tile<kFormat, 1>(w, tile, scales, x, i, yt, ldy, rows);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+inline float horizontal_max(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+inline int32_t horizontal_sum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+}  // namespace
+
+void nvfp4_gemm_w4a8_8r_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
+                             float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  w4a8_gemm_avx2<WeightFormat::kNvfp4>(w, x, m, y, ldy, tile_begin, tile_end);
+}
+
+void mxfp4_gemm_w4a8_8r_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
+                             float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  w4a8_gemm_avx2<WeightFormat::kMxfp4>(w, x, m, y, ldy, tile_begin, tile_end);
+}
+
+// Same operations as quantize_activations_int8_scalar (max of |x|, amax / 127, 127 / amax, one
+// F32 multiply and a round-half-even conversion per element), 8 lanes at a time; block % 8 == 0.
+void quantize_activations_int8_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, int block,
+                                    int8_t* q, float* scales, int32_t* sums) {
+  const int64_t blocks = k / block;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i max_finite = _mm256_set1_epi32(0x7F7FFFFF);
+  // Gathers byte 0 of each dword into the lane's first 4 bytes, then dwords 0 and 4 side by side.
+  const __m256i low_bytes =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i pick = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + i * ldx + b * block;
+      int8_t* qb = q + i * k + b * block;
+      __m256 amax = _mm256_setzero_ps();
+      __m256i non_finite = _mm256_setzero_si256();
+      for (int j = 0; j < block; j += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask);
+        non_finite =
+            _mm256_or_si256(non_finite, _mm256_cmpgt_epi32(_mm256_castps_si256(a), max_finite));
+        amax = _mm256_max_ps(amax, a);
+      }
+      const int64_t s = i * blocks + b;
+      const bool finite = _mm256_testz_si256(non_finite, non_finite) != 0;
+      const float amax_f = horizontal_max(amax);
+      if (!finite || amax_f == 0.0f) {
+        scales[s] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        sums[s] = 0;
+        std::memset(qb, 0, static_cast<size_t>(block));
+        continue;
+      }
+      // As the scalar quantizer: tiny blocks are pre-scaled by 2^64 so 127 / amax stays finite.
+      const float pre_f = amax_f < 0x1p-64f ? 0x1p64f : 1.0f;
+      const __m256 pre = _mm256_set1_ps(pre_f);
+      const __m256 inv = _mm256_set1_ps(127.0f / (amax_f * pre_f));
+      __m256i total = _mm256_setzero_si256();
+      for (int j = 0; j < block; j += 8) {
+        const __m256i v =
+            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + j), pre), inv));
+        total = _mm256_add_epi32(total, v);
+        const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, low_bytes), pick);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + j), _mm256_castsi256_si128(packed));
+      }
+      scales[s] = amax_f / 127.0f;
+      sums[s] = horizontal_sum(total);
+    }
+  }
+}
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,268 @@
+// The W4A8 family (kernels/types.h): every activation quantizer and W4A8 kernel of
+// kernel_list.inc x every ISA this host has, against three oracles: the scalar implementation bit
+// for bit (the SIMD kernels promise the same operations), an FP64 product of the dequantized
+// weights and the dequantized int8 activations (the arithmetic itself), and the exact W4A16 FP64
+// product within the stated W4A8 error bound.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dispatch/cpu_features.h"
+#include "kernels/ref/reference.h"
+#include "kernels/registry.h"
+#include "test_weights.h"
+
+namespace fp4moe {
+namespace kernels {
+void PrintTo(const W4A8KernelInfo& k, std::ostream* os) { *os << k.name; }
+void PrintTo(const ActivationQuantizerInfo& q, std::ostream* os) { *os << q.name; }
+}  // namespace kernels
+
+namespace {
+
+using kernels::WeightFormat;
+
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  kernels::QuantizedActivations view(int64_t k, int block) const {
+    return {q.data(), scales.data(), sums.data(), k, k / block};
+  }
+};
+
+Quantized quantize_with(kernels::QuantizeActivationsFn fn, const std::vector<float>& x, int64_t m,
+                        int64_t k, int block) {
+  Quantized out;
+  out.q.resize(m * k);
+  out.scales.resize(m * (k / block));
+  out.sums.resize(out.scales.size());
+  fn(x.data(), k, m, k, block, out.q.data(), out.scales.data(), out.sums.data());
+  return out;
+}
+
+// Activations with the awkward blocks: all zero, one Inf, one NaN, subnormals only, a lone
+// outlier, and ordinary N(0, 1) blocks.
+std::vector<float> awkward_activations(int64_t m, int64_t k, int block, std::mt19937& rng) {
+  std::vector<float> x = testing::random_activations(m, k, rng);
+  const int64_t blocks = m * (k / block);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* xb = x.data() + b * block;
+    switch (b % 7) {
+      case 1:
+        std::fill(xb, xb + block, 0.0f);
+        break;
+      case 2:
+        xb[block / 2] = std::numeric_limits<float>::infinity();
+        break;
+      case 3:
+        xb[1] = std::nanf("");
+        break;
+      case 4:
+        for (int j = 0; j < block; ++j) xb[j] = std::ldexp(xb[j], -140);  // subnormal
+        break;
+      case 5:
+        xb[0] = 1e30f;
+        break;
+      default:
+        break;
+    }
+  }
+  return x;
+}
+
+class ActivationQuantizerTest : public ::testing::TestWithParam<kernels::ActivationQuantizerInfo> {
+};
+
+TEST_P(ActivationQuantizerTest, MatchesScalarBitsAndTheDefinition) {
+  const auto& quantizer = GetParam();
+  if (!dispatch::host_supports(quantizer.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const auto* scalar = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  const uint32_t seed = 0xA8A8u + static_cast<uint32_t>(quantizer.isa);
+  std::mt19937 rng(seed);
+  for (int block : {16, 32}) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " block " + std::to_string(block));
+    const int64_t m = 5, k = block * 21;
+    const std::vector<float> x = awkward_activations(m, k, block, rng);
+    const Quantized got = quantize_with(quantizer.fn, x, m, k, block);
+    const Quantized want = quantize_with(scalar->fn, x, m, k, block);
+    EXPECT_EQ(got.q, want.q);
+    EXPECT_EQ(got.sums, want.sums);
+    ASSERT_EQ(got.scales.size(), want.scales.size());
+    for (size_t s = 0; s < got.scales.size(); ++s) {
+      EXPECT_EQ(std::isnan(got.scales[s]), std::isnan(want.scales[s])) << "block " << s;
+      if (!std::isnan(want.scales[s])) {
+        EXPECT_EQ(got.scales[s], want.scales[s]) << "block " << s;
+      }
+    }
+    // The definition, in double: q = nearest-even(x * 127 / amax), scale amax / 127; a block with
+    // Inf or NaN has a NaN scale; an all-zero block scale 0.
+    for (int64_t s = 0; s < m * (k / block); ++s) {
+      const float* xb = x.data() + s * block;
+      double amax = 0;
+      bool finite = true;
+      int32_t sum = 0;
+      for (int j = 0; j < block; ++j) {
+        finite = finite && std::isfinite(xb[j]);
+        amax = std::max(amax, std::fabs(static_cast<double>(xb[j])));
+      }
+      if (!finite) {
+        EXPECT_TRUE(std::isnan(got.scales[s])) << "block " << s;
+        continue;
+      }
+      if (amax == 0) {
+        EXPECT_EQ(got.scales[s], 0.0f);
+        continue;
+      }
+      // F32 rounding of amax / 127; a subnormal scale keeps fewer bits (absolute 2^-149).
+      EXPECT_NEAR(got.scales[s], amax / 127, std::max(amax / 127 * 1e-6, 0x1p-149))
+          << "block " << s;
+      for (int j = 0; j < block; ++j) {
+        const int8_t q = got.q[s * block + j];
+        sum += q;
+        EXPECT_LE(std::abs(int{q}), 127);
+        // Within half a step (plus the F32 rounding of 127 / amax and of the product).
+        EXPECT_LE(std::fabs(xb[j] / amax * 127.0 - q), 0.5 + 1e-5) << "block " << s << " j " << j;
+      }
+      EXPECT_EQ(got.sums[s], sum) << "block " << s;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ActivationQuantizerTest,
+                         ::testing::ValuesIn(kernels::all_activation_quantizers().begin(),
+                                             kernels::all_activation_quantizers().end()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 8, 17, 64, 256; N = 1, a tile - 1 / + 1,
+// 17, 136; K = one block, three blocks, and 2048.
+std::vector<Shape> w4a8_shapes(WeightFormat format) {
+  const int64_t kb = kernels::weight_format_k_block(format);
+  std::vector<Shape> out;
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 64, 256}) {
+    for (int64_t n : {1, 7, 9, 17, 136}) {
+      for (int64_t k : {kb, 3 * kb, int64_t{2048}}) {
+        if (m * n * k > (int64_t{1} << 24)) continue;
+        out.push_back({m, n, k});
+      }
+    }
+  }
+  return out;
+}
+
+class W4A8KernelTest : public ::testing::TestWithParam<kernels::W4A8KernelInfo> {};
+
+TEST_P(W4A8KernelTest, MatchesScalarAndFp64OraclesOverShapeClasses) {
+  const auto& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const auto* scalar = kernels::find_w4a8_kernel(kernel.format, kernels::Isa::kScalar);
+  const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  const int block = kernels::weight_format_k_block(kernel.format);
+  const uint32_t seed =
+      0x4A8000u + static_cast<uint32_t>(kernel.format) * 16 + static_cast<uint32_t>(kernel.isa);
+  std::mt19937 rng(seed);
+  for (const Shape& s : w4a8_shapes(kernel.format)) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(s.m) +
+                 " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
+    testing::QuantizedMatrix w = testing::quantize_random(kernel.format, s.n, s.k, rng);
+    const std::vector<float> x = testing::random_activations(s.m, s.k, rng);
+    const Quantized xq = quantize_with(quantizer->fn, x, s.m, s.k, block);
+    const kernels::QuantizedActivations view = xq.view(s.k, block);
+    const int64_t ldy = s.n + 3;  // poisoned padding catches writes past N
+    std::vector<float> got(s.m * ldy, std::nanf("")), want(s.m * ldy, std::nanf(""));
+    const int64_t tiles = w.packed.view().n_tiles;
+    kernel.fn(w.packed.view(), view, s.m, got.data(), ldy, 0, tiles);
+    scalar->fn(w.packed.view(), view, s.m, want.data(), ldy, 0, tiles);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()))
+        << "differs from the scalar W4A8 kernel";
+
+    // FP64 oracles: x_hat = q * scale (what the kernel multiplies by) and x itself.
+    std::vector<float> x_hat(s.m * s.k);
+    for (int64_t i = 0; i < s.m * s.k; ++i) {
+      x_hat[i] = static_cast<float>(xq.q[i]) * xq.scales[i / block];
+    }
+    std::vector<double> ref_hat(s.m * s.n), abs_hat(s.m * s.n), ref(s.m * s.n), abs_ref(s.m * s.n);
+    kernels::ref::gemm_f64(w.dequantized.data(), s.n, s.k, x_hat.data(), s.m, ref_hat.data(),
+                           abs_hat.data());
+    kernels::ref::gemm_f64(w.dequantized.data(), s.n, s.k, x.data(), s.m, ref.data(),
+                           abs_ref.data());
+    // The integer sums are exact; what is left is F32 rounding: x_hat's own rounding, the scale
+    // product, one fma per block and the final scale: (blocks + 4) * 2^-24 of the abs-sum.
+    const double fp32_tol = static_cast<double>(s.k / block + 4) * std::ldexp(1.0, -24);
+    int failures = 0;
+    for (int64_t i = 0; i < s.m && failures < 5; ++i) {
+      for (int64_t j = 0; j < ldy; ++j) {
+        const float y = got[i * ldy + j];
+        if (j >= s.n) {
+          if (!std::isnan(y)) ADD_FAILURE() << "wrote past N at [" << i << ", " << j << "]";
+          continue;
+        }
+        const int64_t o = i * s.n + j;
+        if (!(std::fabs(y - ref_hat[o]) <= fp32_tol * abs_hat[o] + 1e-30)) {
+          ADD_FAILURE() << "y[" << i << ", " << j << "] = " << y << ", FP64 of the quantized "
+                        << "activations " << ref_hat[o];
+          ++failures;
+        }
+        // The stated W4A8 bound: sum over blocks of (amax / 254) * sum |w|, + the F32 term.
+        double bound = fp32_tol * abs_ref[o];
+        for (int64_t b = 0; b < s.k / block; ++b) {
+          double amax = 0, wsum = 0;
+          for (int64_t kk = b * block; kk < (b + 1) * block; ++kk) {
+            amax = std::max(amax, std::fabs(static_cast<double>(x[i * s.k + kk])));
+            wsum += std::fabs(static_cast<double>(w.dequantized[j * s.k + kk]));
+          }
+          bound += amax / 254.0 * wsum * (1 + 1e-6);
+        }
+        if (!(std::fabs(y - ref[o]) <= bound + 1e-30)) {
+          ADD_FAILURE() << "y[" << i << ", " << j << "] = " << y << ", exact W4A16 " << ref[o]
+                        << " +- " << bound;
+          ++failures;
+        }
+      }
+    }
+    if (failures > 0) return;
+  }
+}
+
+// A NaN scale (an activation block holding Inf or NaN) makes that token's outputs NaN, as the
+// exact product would be; the other tokens are untouched.
+TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
+  const auto& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const int block = kernels::weight_format_k_block(kernel.format);
+  std::mt19937 rng(77);
+  const int64_t m = 3, n = 24, k = 4 * block;
+  testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+  std::vector<float> x = testing::random_activations(m, k, rng);
+  x[1 * k + block + 2] = std::numeric_limits<float>::infinity();
+  const auto* quantizer = kernels::find_activation_quantizer(kernel.isa);
+  ASSERT_NE(quantizer, nullptr);
+  const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
+  std::vector<float> y(m * n);
+  kernel.fn(w.packed.view(), xq.view(k, block), m, y.data(), n, 0, w.packed.view().n_tiles);
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(std::isfinite(y[0 * n + j]));
+    EXPECT_TRUE(std::isnan(y[1 * n + j]));
+    EXPECT_TRUE(std::isfinite(y[2 * n + j]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, W4A8KernelTest,
+                         ::testing::ValuesIn(kernels::all_w4a8_kernels().begin(),
+                                             kernels::all_w4a8_kernels().end()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace fp4moe
