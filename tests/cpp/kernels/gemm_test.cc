@@ -133,6 +133,42 @@ TEST_P(GemmKernelTest, TileRangesComposeExactly) {
   EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size()));
 }
 
+// E8M0 scale code 0 is 2^-127 (a float32 subnormal), not 0: a row whose blocks all have code 0
+// has outputs near 1e-37 (some smaller after cancellation), which a kernel reading the code as 0
+// would zero.
+TEST_P(GemmKernelTest, E8m0ScaleCodeZeroIsTwoToTheMinus127) {
+  const KernelInfo& kernel = GetParam();
+  if (kernel.format != WeightFormat::kMxfp4) GTEST_SKIP() << "E8M0 scales are MXFP4's";
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const uint32_t seed = 0xE8E0u + static_cast<uint32_t>(kernel.isa);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t m = 2, n = 16, k = 256;
+  testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+  // Rows 3 and 12: every block gets scale code 0.
+  for (int64_t row : {3, 12}) {
+    for (int64_t b = 0; b < k / 32; ++b) w.scale_codes[row * (k / 32) + b] = 0;
+  }
+  ASSERT_TRUE(formats::dequantize_mxfp4("w", w.codes, w.scale_codes, n, k, w.dequantized).ok());
+  auto packed = pack::pack_mxfp4("w", w.codes, w.scale_codes, n, k);
+  ASSERT_TRUE(packed.ok());
+  const std::vector<float> x = testing::random_activations(m, k, rng);
+  std::vector<double> want(m * n), scale(m * n);
+  kernels::ref::gemm_f64(w.dequantized.data(), n, k, x.data(), m, want.data(), scale.data());
+  std::vector<float> y(m * n);
+  kernel.fn(packed->view(), x.data(), k, m, y.data(), n, 0, packed->view().n_tiles);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t row : {3, 12}) {
+      const double ref = want[i * n + row];
+      // Far above the subnormal rounding (2^-149 per block) a zeroed output would be off by.
+      ASSERT_GT(std::fabs(ref), 1e-40) << "the test needs an output well above 2^-149";
+      const double subnormal_slack = static_cast<double>(k / 32 + 2) * 0x1p-149;
+      EXPECT_NEAR(y[i * n + row], ref, fp32_sum_tolerance(k) * scale[i * n + row] + subnormal_slack)
+          << "token " << i << " row " << row;
+    }
+  }
+}
+
 std::string kernel_name(const ::testing::TestParamInfo<KernelInfo>& info) {
   return std::string(info.param.name);
 }
