@@ -145,7 +145,7 @@ int run_bench(const BenchOptions& o) {
       return 0;
     }
   } else {
-    auto r = moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool);
+    auto r = moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool, *precision);
     if (!r.ok()) {
       std::fprintf(stderr, "fp4moe bench: %s\n", r.error().message.c_str());
       return 1;

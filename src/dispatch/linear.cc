@@ -25,22 +25,35 @@ QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t m
       scales_(static_cast<size_t>(max_rows * (max_k / block))),
       sums_(scales_.size()) {}
 
+void QuantizedActivationBuffer::quantize_rows(const float* x, int64_t ldx, int64_t row0,
+                                              int64_t rows, int64_t k, kernels::Isa isa) {
+  FP4MOE_CHECK(row0 >= 0 && row0 + rows <= max_rows_ && k <= max_k_ && k % block_ == 0);
+  const kernels::ActivationQuantizerInfo* quantizer = kernels::find_activation_quantizer(isa);
+  if (quantizer == nullptr) quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  const int64_t lds = max_k_ / block_;
+  for (int64_t r = row0; r < row0 + rows; ++r) {
+    quantizer->fn(x + (r - row0) * ldx, ldx, 1, k, block_, q_.data() + r * max_k_,
+                  scales_.data() + r * lds, sums_.data() + r * lds);
+  }
+}
+
+kernels::QuantizedActivations QuantizedActivationBuffer::view(int64_t row0) const {
+  const int64_t lds = max_k_ / block_;
+  return kernels::QuantizedActivations{q_.data() + row0 * max_k_, scales_.data() + row0 * lds,
+                                       sums_.data() + row0 * lds, max_k_, lds};
+}
+
 kernels::QuantizedActivations QuantizedActivationBuffer::quantize(const float* x, int64_t ldx,
                                                                   int64_t m, int64_t k,
                                                                   kernels::Isa isa,
                                                                   ThreadPool& pool) {
-  FP4MOE_CHECK(m <= max_rows_ && k <= max_k_ && k % block_ == 0);
-  const kernels::ActivationQuantizerInfo* quantizer = kernels::find_activation_quantizer(isa);
-  if (quantizer == nullptr) quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
-  const int64_t blocks = k / block_;
-  // Rows in a few tasks per thread; a single row is one task (cheap next to its product).
-  const int64_t tasks = std::min<int64_t>(m, int64_t{pool.size()} * 2);
+  // A few tasks per thread; a single row is one task (cheap next to its product).
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(m, int64_t{pool.size()} * 2));
   pool.run(tasks, [&](int64_t task, int) {
     const int64_t r0 = m * task / tasks, r1 = m * (task + 1) / tasks;
-    quantizer->fn(x + r0 * ldx, ldx, r1 - r0, k, block_, q_.data() + r0 * k,
-                  scales_.data() + r0 * blocks, sums_.data() + r0 * blocks);
+    quantize_rows(x + r0 * ldx, ldx, r0, r1 - r0, k, isa);
   });
-  return kernels::QuantizedActivations{q_.data(), scales_.data(), sums_.data(), k, blocks};
+  return view(0);
 }
 
 Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
@@ -123,8 +136,11 @@ void LinearPlan::run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy,
 
 std::string LinearPlan::describe() const {
   return std::string(kernels::weight_format_name(w_->format)) + " [N=" + std::to_string(w_->n) +
-         ", K=" + std::to_string(w_->k) + "] -> " + std::string(kernel_->name) + " (" +
-         std::string(kernels::isa_name(kernel_->isa)) + ": " + why_ +
+         ", K=" + std::to_string(w_->k) + "] -> " + std::string(kernel_name()) + " (" +
+         std::string(kernels::isa_name(isa_)) + ": " + why_ +
+         (w4a8_ != nullptr ? "; W4A8: int8 activations per " + std::to_string(activation_block()) +
+                                 "-element block"
+                           : "") +
          "; host: " + cpu_features().summary() + ")";
 }
 

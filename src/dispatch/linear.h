@@ -25,15 +25,22 @@ Result<Precision> parse_precision(std::string_view name);
 
 // Int8 activations for W4A8 products: storage sized once (no allocation per product), filled by
 // quantize() and read by every product that takes the same activations (gate and up share one).
+// Row r lives at a fixed place (row stride max_k codes, max_k / block scales), so rows can be
+// quantized independently (one task per row) and a product can start at any row.
 class QuantizedActivationBuffer {
  public:
   QuantizedActivationBuffer() = default;
-  // Room for `max_rows` rows of `max_k` activations, quantized per `block`.
+  // Room for `max_rows` rows of up to `max_k` activations, quantized per `block`.
   QuantizedActivationBuffer(int64_t max_rows, int64_t max_k, int block);
-  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) with the `isa` quantizer, rows
-  // split over the pool, and returns the view the W4A8 kernels read.
+  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) into rows 0..m-1 with the `isa`
+  // quantizer, rows split over the pool, and returns the view of row 0.
   kernels::QuantizedActivations quantize(const float* x, int64_t ldx, int64_t m, int64_t k,
                                          kernels::Isa isa, ThreadPool& pool);
+  // The same for rows [row0, row0 + rows) on the calling thread.
+  void quantize_rows(const float* x, int64_t ldx, int64_t row0, int64_t rows, int64_t k,
+                     kernels::Isa isa);
+  // The view a kernel reads, starting at `row0`.
+  kernels::QuantizedActivations view(int64_t row0) const;
   int block() const { return block_; }
 
  private:

@@ -29,6 +29,7 @@ nlohmann::ordered_json MoeBenchResult::to_json() const {
   return {{"layer", layer},
           {"format", format},
           {"isa", isa},
+          {"precision", precision},
           {"batch", batch},
           {"threads", threads},
           {"calls", calls},
@@ -43,10 +44,10 @@ nlohmann::ordered_json MoeBenchResult::to_json() const {
 std::string MoeBenchResult::summary() const {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "%s, %s experts, batch %lld: %.0f us per layer; %.1f MB read per call, bound "
-                "%.0f us at the %.2f GB/s measured DRAM read bandwidth: %.2fx the bound "
+                "%s, %s experts (%s), batch %lld: %.0f us per layer; %.1f MB read per call, "
+                "bound %.0f us at the %.2f GB/s measured DRAM read bandwidth: %.2fx the bound "
                 "(%d threads, %s)",
-                layer.c_str(), format.c_str(), static_cast<long long>(batch), us,
+                layer.c_str(), format.c_str(), precision.c_str(), static_cast<long long>(batch), us,
                 bytes_per_call / 1e6, bound_us, bandwidth_gbps, ratio_to_bound, threads,
                 isa.c_str());
   return buf;
@@ -55,7 +56,7 @@ std::string MoeBenchResult::summary() const {
 Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
                                        std::optional<kernels::Isa> isa, int64_t batch,
                                        size_t min_bandwidth_bytes, double min_seconds,
-                                       ThreadPool& pool) {
+                                       ThreadPool& pool, dispatch::Precision precision) {
   if (batch < 1) return Error{"bench --moe: batch must be >= 1"};
   std::mt19937_64 rng(42);
   const dispatch::RandomMatrix up_src(routed_format, kInter, kHidden, rng);
@@ -102,13 +103,14 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
       kExperts, kTopK, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f, 1, 1};
   config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
   config.shared_activation = config.routed_activation;
-  auto layer =
-      MoeLayer::create(config, RouterWeights{router_w, {}, bias}, experts, shared, batch, isa);
+  auto layer = MoeLayer::create(config, RouterWeights{router_w, {}, bias}, experts, shared, batch,
+                                isa, precision);
   if (!layer.ok()) return layer.error();
 
   MoeBenchResult r;
   r.layer = "DeepSeek-V4-Flash MoE (256 experts, top-6, 1 shared FP8 expert, 4096 -> 2048)";
   r.format = kernels::weight_format_name(routed_format);
+  r.precision = dispatch::precision_name(precision);
   r.batch = batch;
   r.threads = pool.size();
   r.pack_s_per_gb = pack_s / (packed_checkpoint_bytes / 1e9);

@@ -10,12 +10,13 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "dispatch/linear.h"
 #include "kernels/types.h"
 
 namespace fp4moe::moe {
 
 struct MoeBenchResult {
-  std::string format, isa, layer;
+  std::string format, isa, layer, precision;
   int64_t batch = 0;
   int64_t calls = 0;
   double us = 0;  // mean microseconds per layer call
@@ -33,6 +34,7 @@ struct MoeBenchResult {
 Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
                                        std::optional<kernels::Isa> isa, int64_t batch,
                                        size_t min_bandwidth_bytes, double min_seconds,
-                                       ThreadPool& pool);
+                                       ThreadPool& pool,
+                                       dispatch::Precision precision = dispatch::Precision::kExact);
 
 }  // namespace fp4moe::moe

@@ -71,7 +71,7 @@ void apply_gated_activation(const ActivationConfig& act, float* gate, const floa
 Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& router,
                                   std::vector<ExpertWeights> experts,
                                   std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
-                                  std::optional<kernels::Isa> isa) {
+                                  std::optional<kernels::Isa> isa, dispatch::Precision precision) {
   if (config.hidden < 1) return moe_error("hidden size must be >= 1");
   if (max_tokens < 1) return moe_error("max_tokens must be >= 1");
   FP4MOE_RETURN_IF_ERROR(validate_router(config.router, router, config.hidden));
@@ -89,9 +89,17 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
       const std::string name = std::string(kind) + " " + std::to_string(e);
       int64_t inter = 0;
       FP4MOE_RETURN_IF_ERROR(check_expert(in[e], name, config.hidden, &inter));
-      auto gate = dispatch::LinearPlan::create(in[e].gate->view(), isa);
-      auto up = dispatch::LinearPlan::create(in[e].up->view(), isa);
-      auto down = dispatch::LinearPlan::create(in[e].down->view(), isa);
+      // W4A8 where asked for and a W4A8 kernel exists (the FP4 formats); exact otherwise.
+      auto plan = [&](const pack::PackedWeights* w) {
+        const bool fp4 = w->format() != kernels::WeightFormat::kFp8Block128;
+        return dispatch::LinearPlan::create(w->view(), isa,
+                                            precision == dispatch::Precision::kW4A8 && fp4
+                                                ? precision
+                                                : dispatch::Precision::kExact);
+      };
+      auto gate = plan(in[e].gate);
+      auto up = plan(in[e].up);
+      auto down = plan(in[e].down);
       for (auto* p : {&gate, &up, &down}) {
         if (!p->ok()) return moe_error(name + ": " + p->error().message);
       }
@@ -101,8 +109,41 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   };
   FP4MOE_RETURN_IF_ERROR(plan_all(experts, layer.experts_, "expert"));
   FP4MOE_RETURN_IF_ERROR(plan_all(shared_experts, layer.shared_, "shared expert"));
+  int64_t max_shared_inter = 0;
   for (const Expert& e : layer.experts_) layer.max_inter_ = std::max(layer.max_inter_, e.inter);
-  for (const Expert& e : layer.shared_) layer.shared_inter_total_ += e.inter;
+  for (const Expert& e : layer.shared_) {
+    layer.shared_inter_total_ += e.inter;
+    max_shared_inter = std::max(max_shared_inter, e.inter);
+  }
+  // The activation block of each W4A8 role; two different blocks in one role is an Error.
+  struct Role {
+    int block = 0;
+    bool any = false;
+  };
+  Role routed_in, routed_act, shared_in, shared_act;
+  auto note = [](Role& role, const dispatch::LinearPlan& p, const char* what) -> Status {
+    if (p.precision() != dispatch::Precision::kW4A8) return Status::Ok();
+    if (role.any && role.block != p.activation_block()) {
+      return moe_error(std::string("W4A8 needs one FP4 format across the ") + what +
+                       " (activation blocks " + std::to_string(role.block) + " and " +
+                       std::to_string(p.activation_block()) + ")");
+    }
+    role.any = true;
+    role.block = p.activation_block();
+    return Status::Ok();
+  };
+  for (const Expert& e : layer.experts_) {
+    FP4MOE_RETURN_IF_ERROR(note(routed_in, e.gate, "routed gate/up products"));
+    FP4MOE_RETURN_IF_ERROR(note(routed_in, e.up, "routed gate/up products"));
+    FP4MOE_RETURN_IF_ERROR(note(routed_act, e.down, "routed down products"));
+    layer.isa_ = e.gate.isa();
+  }
+  for (const Expert& e : layer.shared_) {
+    FP4MOE_RETURN_IF_ERROR(note(shared_in, e.gate, "shared gate/up products"));
+    FP4MOE_RETURN_IF_ERROR(note(shared_in, e.up, "shared gate/up products"));
+    FP4MOE_RETURN_IF_ERROR(note(shared_act, e.down, "shared down products"));
+    layer.isa_ = e.gate.isa();
+  }
 
   const int64_t k = config.router.top_k;
   const int64_t slots = max_tokens * k;
@@ -121,27 +162,49 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   layer.shared_gate_.resize(max_tokens * layer.shared_inter_total_);
   layer.shared_up_.resize(max_tokens * layer.shared_inter_total_);
   layer.shared_out_.resize(layer.shared_.size() * max_tokens * h);
+  if (routed_in.any) {
+    layer.routed_in_q_ = dispatch::QuantizedActivationBuffer(slots, h, routed_in.block);
+    layer.routed_in_w4a8_ = true;
+  }
+  if (routed_act.any) {
+    layer.routed_act_q_ =
+        dispatch::QuantizedActivationBuffer(slots, layer.max_inter_, routed_act.block);
+  }
+  if (shared_in.any) {
+    layer.shared_in_q_ = dispatch::QuantizedActivationBuffer(max_tokens, h, shared_in.block);
+    layer.shared_in_w4a8_ = true;
+  }
+  if (shared_act.any) {
+    layer.shared_act_q_ =
+        dispatch::QuantizedActivationBuffer(static_cast<int64_t>(layer.shared_.size()) * max_tokens,
+                                            max_shared_inter, shared_act.block);
+  }
   // Upper bound on tasks per phase: every matrix cut into at most 64 tasks.
   layer.tasks_.reserve((layer.experts_.size() + layer.shared_.size()) * 2 * 64);
   return layer;
 }
 
-void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m,
-                         float* y, int64_t ldy, int threads) {
+void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx,
+                         const kernels::QuantizedActivations& xq, int64_t m, float* y, int64_t ldy,
+                         int threads) {
   // Long contiguous tile ranges keep each task one prefetchable stream; a few per thread balance
   // the load when experts differ in size. At least 16 tiles (128 rows) per task.
   const int64_t tiles = plan.n_tiles();
   const int64_t per_task =
       std::max<int64_t>(16, (tiles + 2 * threads - 1) / (2 * int64_t{threads}));
   for (int64_t b = 0; b < tiles; b += per_task) {
-    tasks_.push_back(Task{&plan, x, ldx, m, y, ldy, b, std::min(tiles, b + per_task)});
+    tasks_.push_back(Task{&plan, x, xq, ldx, m, y, ldy, b, std::min(tiles, b + per_task)});
   }
 }
 
 void MoeLayer::run_tasks(ThreadPool& pool) {
   pool.run(static_cast<int64_t>(tasks_.size()), [this](int64_t i, int) {
     const Task& t = tasks_[i];
-    t.plan->run_tiles(t.x, t.ldx, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
+    if (t.plan->precision() == dispatch::Precision::kW4A8) {
+      t.plan->run_tiles_w4a8(t.xq, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
+    } else {
+      t.plan->run_tiles(t.x, t.ldx, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
+    }
   });
   tasks_.clear();
 }
@@ -175,36 +238,51 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     std::memcpy(xg_.data() + slot * h, x + (s / k) * h, sizeof(float) * h);
   }
 
+  // W4A8: the gathered inputs (and the tokens, for the shared experts) quantized once, for gate
+  // and up alike.
+  if (routed_in_w4a8_) routed_in_q_.quantize(xg_.data(), h, slots, h, isa_, pool);
+  if (shared_in_w4a8_) shared_in_q_.quantize(x, h, tokens, h, isa_, pool);
+
   // Phase 1: gate and up products of every active expert and every shared expert.
   last_bytes_ = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (counts_[e] == 0) continue;
     const Expert& ex = experts_[e];
     const int64_t off = offsets_[e];
-    add_tasks(ex.gate, xg_.data() + off * h, h, counts_[e], gate_.data() + off * max_inter_,
+    const kernels::QuantizedActivations xq =
+        routed_in_w4a8_ ? routed_in_q_.view(off) : kernels::QuantizedActivations{};
+    add_tasks(ex.gate, xg_.data() + off * h, h, xq, counts_[e], gate_.data() + off * max_inter_,
               max_inter_, threads);
-    add_tasks(ex.up, xg_.data() + off * h, h, counts_[e], up_.data() + off * max_inter_, max_inter_,
-              threads);
+    add_tasks(ex.up, xg_.data() + off * h, h, xq, counts_[e], up_.data() + off * max_inter_,
+              max_inter_, threads);
     last_bytes_ +=
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
   int64_t shared_off = 0;
+  const kernels::QuantizedActivations shared_xq =
+      shared_in_w4a8_ ? shared_in_q_.view(0) : kernels::QuantizedActivations{};
   for (const Expert& ex : shared_) {
-    add_tasks(ex.gate, x, h, tokens, shared_gate_.data() + shared_off * tokens, ex.inter, threads);
-    add_tasks(ex.up, x, h, tokens, shared_up_.data() + shared_off * tokens, ex.inter, threads);
+    add_tasks(ex.gate, x, h, shared_xq, tokens, shared_gate_.data() + shared_off * tokens, ex.inter,
+              threads);
+    add_tasks(ex.up, x, h, shared_xq, tokens, shared_up_.data() + shared_off * tokens, ex.inter,
+              threads);
     shared_off += ex.inter;
     last_bytes_ +=
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
   run_tasks(pool);
 
-  // Phase 2: the gated activation, one row per task.
+  // Phase 2: the gated activation, one row per task (quantized there for a W4A8 down product).
   const int64_t shared_rows = tokens * static_cast<int64_t>(shared_.size());
   pool.run(slots + shared_rows, [&](int64_t r, int) {
     if (r < slots) {
       const Expert& ex = experts_[slot_expert_[r]];
-      apply_gated_activation(config_.routed_activation, gate_.data() + r * max_inter_,
-                             up_.data() + r * max_inter_, ex.inter, ex.w.gate_bias, ex.w.up_bias);
+      float* g = gate_.data() + r * max_inter_;
+      apply_gated_activation(config_.routed_activation, g, up_.data() + r * max_inter_, ex.inter,
+                             ex.w.gate_bias, ex.w.up_bias);
+      if (ex.down.precision() == dispatch::Precision::kW4A8) {
+        routed_act_q_.quantize_rows(g, max_inter_, r, 1, ex.inter, isa_);
+      }
       return;
     }
     const int64_t s = (r - slots) / tokens, t = (r - slots) % tokens;
@@ -214,19 +292,30 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     float* g = shared_gate_.data() + off * tokens + t * ex.inter;
     const float* u = shared_up_.data() + off * tokens + t * ex.inter;
     apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias, ex.w.up_bias);
+    if (ex.down.precision() == dispatch::Precision::kW4A8) {
+      shared_act_q_.quantize_rows(g, ex.inter, s * max_tokens_ + t, 1, ex.inter, isa_);
+    }
   });
 
   // Phase 3: down products.
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (counts_[e] == 0) continue;
     const int64_t off = offsets_[e];
-    add_tasks(experts_[e].down, gate_.data() + off * max_inter_, max_inter_, counts_[e],
+    const kernels::QuantizedActivations aq =
+        experts_[e].down.precision() == dispatch::Precision::kW4A8
+            ? routed_act_q_.view(off)
+            : kernels::QuantizedActivations{};
+    add_tasks(experts_[e].down, gate_.data() + off * max_inter_, max_inter_, aq, counts_[e],
               out_.data() + off * h, h, threads);
   }
   shared_off = 0;
   for (size_t s = 0; s < shared_.size(); ++s) {
-    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter, tokens,
-              shared_out_.data() + s * tokens * h, h, threads);
+    const kernels::QuantizedActivations aq =
+        shared_[s].down.precision() == dispatch::Precision::kW4A8
+            ? shared_act_q_.view(static_cast<int64_t>(s) * max_tokens_)
+            : kernels::QuantizedActivations{};
+    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter, aq,
+              tokens, shared_out_.data() + s * tokens * h, h, threads);
     shared_off += shared_[s].inter;
   }
   run_tasks(pool);

@@ -49,11 +49,16 @@ struct MoeConfig {
 class MoeLayer {
  public:
   // Checks shapes and parameters, plans every product (one kernel choice per matrix) and sizes
-  // the workspace for up to `max_tokens` per forward call.
+  // the workspace for up to `max_tokens` per forward call. With Precision::kW4A8 every FP4 matrix
+  // runs the W4A8 kernel (its activations quantized to int8 once per forward and role: gate and
+  // up share one quantization); FP8 matrices stay exact, as there is no W4A8 FP8 kernel. The
+  // routed experts' FP4 matrices must then share one format (one activation block), as must the
+  // shared experts'.
   static Result<MoeLayer> create(const MoeConfig& config, const RouterWeights& router,
                                  std::vector<ExpertWeights> experts,
                                  std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
-                                 std::optional<kernels::Isa> isa = std::nullopt);
+                                 std::optional<kernels::Isa> isa = std::nullopt,
+                                 dispatch::Precision precision = dispatch::Precision::kExact);
 
   // y [tokens, hidden] = sum_k w_k * expert_k(x) + sum_s shared_s(x), for x [tokens, hidden].
   // Allocates nothing. Also returns each token's (expert, weight) choices via ids()/weights().
@@ -73,14 +78,17 @@ class MoeLayer {
   };
   struct Task {  // one range of tiles of one product
     const dispatch::LinearPlan* plan;
-    const float* x;
+    const float* x;                    // exact plans
+    kernels::QuantizedActivations xq;  // W4A8 plans
     int64_t ldx, m;
     float* y;
     int64_t ldy, tile_begin, tile_end;
   };
   MoeLayer() = default;
-  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx, int64_t m, float* y,
-                 int64_t ldy, int threads);
+  // x feeds an exact plan, xq (the same rows, quantized) a W4A8 one.
+  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx,
+                 const kernels::QuantizedActivations& xq, int64_t m, float* y, int64_t ldy,
+                 int threads);
   void run_tasks(ThreadPool& pool);
 
   MoeConfig config_;
@@ -98,6 +106,11 @@ class MoeLayer {
   std::vector<float> out_;        // [T * K, H]
   std::vector<float> shared_gate_, shared_up_, shared_out_;  // [T, I_s], [T, I_s], [n_s, T, H]
   std::vector<Task> tasks_;
+  // W4A8 activations (empty when no plan of that role is W4A8): the grouped inputs, the tokens
+  // for the shared experts, and the gated activations feeding the routed / shared down products.
+  dispatch::QuantizedActivationBuffer routed_in_q_, shared_in_q_, routed_act_q_, shared_act_q_;
+  bool routed_in_w4a8_ = false, shared_in_w4a8_ = false;
+  kernels::Isa isa_ = kernels::Isa::kScalar;  // the quantizers' ISA (the plans')
   size_t last_bytes_ = 0;
 };
 

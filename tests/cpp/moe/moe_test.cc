@@ -74,12 +74,13 @@ ExpertWeights view(const TestExpert& e) {
                        e.gate_bias,    e.up_bias,    e.down_bias};
 }
 
-Result<MoeLayer> make_layer(const Fixture& fx, int64_t max_tokens, kernels::Isa isa) {
+Result<MoeLayer> make_layer(const Fixture& fx, int64_t max_tokens, kernels::Isa isa,
+                            dispatch::Precision precision = dispatch::Precision::kExact) {
   std::vector<ExpertWeights> experts, shared;
   for (const auto& e : fx.experts) experts.push_back(view(*e));
   for (const auto& e : fx.shared) shared.push_back(view(*e));
   return MoeLayer::create(fx.config, RouterWeights{fx.router_w, fx.logit_bias, fx.correction_bias},
-                          experts, shared, max_tokens, isa);
+                          experts, shared, max_tokens, isa, precision);
 }
 
 // ---- The FP64 reference: plain loops over tokens, every formula written out again. ----------
@@ -352,6 +353,96 @@ TEST(MoeLayer, TopKEqualsNumberOfExperts) {
   fx.config.router = {4, 4, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
   build(fx, 0, kInter, rng);
   for (int64_t t : {1, 6}) check_against_reference(fx, t, seed, "top_k = E");
+}
+
+// ---- W4A8 (int8 activations per block, kernels/types.h) -------------------------------------
+
+// The W4A8 layer quantizes the expert inputs and the gated activations to int8 per 16/32-element
+// block: each product is off by at most (amax / 254) * sum |w| per block (the kernel tests check
+// that bound). Through two chained products and the gated activation, on these fixtures (rows
+// scaled over 2^-6..2^6, so outputs cancel), a token's output is within 0.2-2.0% relative L2 of
+// the exact FP64 reference (measured over the 72 token x ISA cases below); 5% leaves a margin.
+// Stale or missing quantized activations, a wrong block or a wrong scale give errors of order 1.
+constexpr double kW4a8MoeRelL2 = 5e-2;
+
+void check_w4a8_against_reference(const Fixture& fx, int64_t tokens, uint32_t seed,
+                                  const std::string& what) {
+  for (kernels::Isa isa : dispatch::host_isas()) {
+    SCOPED_TRACE(what + " W4A8 isa " + std::string(kernels::isa_name(isa)) + " tokens " +
+                 std::to_string(tokens) + " seed " + std::to_string(seed));
+    std::mt19937 rng(seed + 11);
+    const int64_t h = fx.config.hidden;
+    const std::vector<float> x = testing::random_activations(tokens, h, rng);
+    auto layer = make_layer(fx, tokens + 1, isa, dispatch::Precision::kW4A8);
+    ASSERT_TRUE(layer.ok()) << layer.error().message;
+    std::vector<float> y(tokens * h, NAN);
+    ASSERT_TRUE(layer->forward(x.data(), tokens, y.data(), ThreadPool::global()).ok());
+    const int k = fx.config.router.top_k;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const RefToken r = ref_token(fx, x.data() + t * h);
+      for (int i = 0; i < k; ++i) {  // routing reads the F32 input: the same choices
+        ASSERT_EQ(r.ids[i], layer->ids()[t * k + i]) << "token " << t << " choice " << i;
+      }
+      double err = 0, norm = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        const double d = y[t * h + j] - r.y[j];
+        err += d * d;
+        norm += r.y[j] * r.y[j];
+      }
+      EXPECT_LE(std::sqrt(err / norm), kW4a8MoeRelL2) << "token " << t;
+    }
+  }
+}
+
+TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithExactFp8Shared) {
+  const uint32_t seed = 481;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f,
+                      1, 1};
+  fx.config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
+  fx.config.shared_activation = fx.config.routed_activation;
+  fx.routed_format = WeightFormat::kNvfp4;
+  fx.shared_format = WeightFormat::kFp8Block128;
+  build(fx, 1, kInter, rng);
+  for (int64_t t : {1, 4, 17}) check_w4a8_against_reference(fx, t, seed, "deepseek-v4");
+  // FP4 products run the W4A8 kernels; the FP8 shared expert stays exact.
+  auto layer = make_layer(fx, 4, dispatch::best_host_isa(), dispatch::Precision::kW4A8);
+  ASSERT_TRUE(layer.ok());
+  const std::string d = layer->describe();
+  EXPECT_NE(d.find("nvfp4_gemm_w4a8"), std::string::npos) << d;
+  EXPECT_NE(d.find("fp8b128_gemm_8r"), std::string::npos) << d;
+}
+
+TEST(MoeLayerW4A8, GptOssMxfp4WithBiasesAndSharedExperts) {
+  const uint32_t seed = 482;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 4, ScoringFunc::kSoftmax, WeightRule::kSoftmaxOfTopK, false, 1.0f, 1, 1};
+  fx.config.routed_activation = {GatedActivation::kSwiGluOai, 7.0f, 1.702f};
+  fx.config.shared_activation = fx.config.routed_activation;
+  fx.routed_format = WeightFormat::kMxfp4;
+  fx.shared_format = WeightFormat::kMxfp4;
+  fx.biases = true;
+  build(fx, 2, kInter, rng);
+  for (int64_t t : {1, 3, 9}) check_w4a8_against_reference(fx, t, seed, "gpt-oss + shared");
+}
+
+TEST(MoeLayerW4A8, MixedFp4FormatsInOneRoleAreAnError) {
+  std::mt19937 rng(483);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {4, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
+  build(fx, 0, kInter, rng);
+  fx.experts[2] = make_expert(WeightFormat::kMxfp4, kHidden, kInter, false, rng);
+  auto layer = make_layer(fx, 2, dispatch::best_host_isa(), dispatch::Precision::kW4A8);
+  ASSERT_FALSE(layer.ok());
+  EXPECT_NE(layer.error().message.find("one FP4 format"), std::string::npos)
+      << layer.error().message;
+  // The exact layer takes the mix.
+  EXPECT_TRUE(make_layer(fx, 2, dispatch::best_host_isa()).ok());
 }
 
 // ---- Router selection rules on hand-made logits ----------------------------------------------
