@@ -149,6 +149,7 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   const int64_t slots = max_tokens * k;
   const int64_t h = config.hidden;
   layer.router_scratch_.resize(router_scratch_floats(config.router));
+  layer.logits_.resize(max_tokens * config.router.num_experts);
   layer.ids_.resize(slots);
   layer.route_weights_.resize(slots);
   layer.counts_.resize(config.router.num_experts);
@@ -218,7 +219,20 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   const int k = config_.router.top_k;
   const int64_t slots = tokens * k;
   const int threads = pool.size();
-  route(config_.router, router_, x, tokens, h, ids_.data(), route_weights_.data(), router_scratch_);
+  // Router logits split by expert range over the pool (the router weights are a few MB: one
+  // thread alone would read them at well under the machine's bandwidth), then the selection.
+  const int n_experts = config_.router.num_experts;
+  const int64_t logit_tasks = std::min<int64_t>(n_experts, int64_t{threads} * 4);
+  pool.run(logit_tasks, [&](int64_t task, int) {
+    router_logits(config_.router, router_, x, tokens, h,
+                  static_cast<int>(n_experts * task / logit_tasks),
+                  static_cast<int>(n_experts * (task + 1) / logit_tasks), logits_.data());
+  });
+  for (int64_t t = 0; t < tokens; ++t) {
+    route_logits(config_.router, router_, logits_.data() + t * n_experts, ids_.data() + t * k,
+                 route_weights_.data() + t * k,
+                 std::span<float>(router_scratch_).subspan(n_experts));
+  }
 
   // Group the (token, choice) pairs by expert: counting sort, so each expert's rows are
   // contiguous and its weights are streamed once for all its tokens.

@@ -97,6 +97,7 @@ class MoeLayer {
   int64_t max_tokens_ = 0, max_inter_ = 0, shared_inter_total_ = 0;
   // Workspace (sized at create).
   std::vector<float> router_scratch_;
+  std::vector<float> logits_;  // [max_tokens, E]
   std::vector<int32_t> ids_;
   std::vector<float> route_weights_;
   // slot_of_[t * K + k]: that choice's row in the expert-grouped set; slot_expert_: the inverse.

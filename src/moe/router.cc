@@ -153,16 +153,15 @@ void route_logits(const RouterConfig& c, const RouterWeights& w, const float* lo
   }
 }
 
-void route(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
-           int64_t hidden, int32_t* ids, float* route_weights, std::span<float> scratch) {
-  float* logits = scratch.data();
-  std::span<float> rest = scratch.subspan(c.num_experts);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* xt = x + t * hidden;
-    for (int e = 0; e < c.num_experts; ++e) {
+void router_logits(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
+                   int64_t hidden, int e_begin, int e_end, float* logits) {
+  // Expert-major: each expert's weight row is read once for all tokens (it is the big operand).
+  for (int e = e_begin; e < e_end; ++e) {
+    const float* we = w.weight.data() + e * hidden;
+    for (int64_t t = 0; t < tokens; ++t) {
       // FP32 logits (DeepSeek official computes the gate in fp32). Eight partial sums let the
       // compiler vectorize without reassociating a single chain.
-      const float* we = w.weight.data() + e * hidden;
+      const float* xt = x + t * hidden;
       float part[8] = {};
       int64_t h = 0;
       for (; h + 8 <= hidden; h += 8) {
@@ -171,8 +170,17 @@ void route(const RouterConfig& c, const RouterWeights& w, const float* x, int64_
       float sum =
           ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       for (; h < hidden; ++h) sum += xt[h] * we[h];
-      logits[e] = w.logit_bias.empty() ? sum : sum + w.logit_bias[e];
+      logits[t * c.num_experts + e] = w.logit_bias.empty() ? sum : sum + w.logit_bias[e];
     }
+  }
+}
+
+void route(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
+           int64_t hidden, int32_t* ids, float* route_weights, std::span<float> scratch) {
+  float* logits = scratch.data();
+  std::span<float> rest = scratch.subspan(c.num_experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    router_logits(c, w, x + t * hidden, 1, hidden, 0, c.num_experts, logits);
     route_logits(c, w, logits, ids + t * c.top_k, route_weights + t * c.top_k, rest);
   }
 }

@@ -53,6 +53,10 @@ Status validate_router(const RouterConfig& config, const RouterWeights& weights,
 // top_k], in selection order (best first). `scratch` holds >= router_scratch_floats(config).
 void route(const RouterConfig& config, const RouterWeights& weights, const float* x, int64_t tokens,
            int64_t hidden, int32_t* ids, float* route_weights, std::span<float> scratch);
+// The F32 logits [tokens, E] (row stride E) of experts [e_begin, e_end) for every token: the part
+// of route() that reads the router weights, split by expert range so threads can share it.
+void router_logits(const RouterConfig& config, const RouterWeights& weights, const float* x,
+                   int64_t tokens, int64_t hidden, int e_begin, int e_end, float* logits);
 // Routing of one token from its logits [E] (exposed for tests of the selection rules).
 void route_logits(const RouterConfig& config, const RouterWeights& weights, const float* logits,
                   int32_t* ids, float* route_weights, std::span<float> scratch);
