@@ -31,13 +31,18 @@ inline __m256i top_byte_ctrl(int j) {
   return _mm256_setr_epi32(dw(0), dw(1), dw(2), dw(3), dw(0), dw(1), dw(2), dw(3));
 }
 
+// Small fixed loops over tokens, chains and k must be fully unrolled so the accumulator arrays
+// become registers: GCC otherwise kept them on the stack (a load and a store around every FMA, the
+// chain then bound by store forwarding), which the disassembly showed for MR >= 2 and for FP8.
+#define FP4MOE_UNROLL _Pragma("GCC unroll 16")
+
 using avx2::decode_block_scales;
 using avx2::store_rows;
 
 // Independent FMA chains per token within a block: an FMA has 4 cycles of latency and a chunk
 // issues one FMA per ~1 cycle per token, so one token needs 4 chains to be throughput-bound; with
 // 3-4 tokens, 2 chains each (more would spill: AVX2 has 16 ymm registers).
-constexpr int chains_for(int mr) { return mr <= 2 ? 4 : 2; }
+constexpr int chains_for(int mr) { return mr == 1 ? 4 : 2; }
 
 // MR tokens against one tile.
 template <WeightFormat kFormat, int MR>
@@ -50,10 +55,13 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2), top_byte_ctrl(3)};
   __m256 total[MR];
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     __m256 block[MR][kChains];
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
+      FP4MOE_UNROLL
       for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
     }
     avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
@@ -64,10 +72,12 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
       const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
       const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
       const float* xk = x + chunk * kFp4ChunkK;
+      FP4MOE_UNROLL
       for (int kk = 0; kk < kFp4ChunkK; ++kk) {
         // k offsets 0-3 come from the low nibbles, 4-7 from the high ones (types.h).
         const __m256i codes = kk < 4 ? lo : hi;
         const __m256 wv = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(codes, ctrl[kk % 4]));
+        FP4MOE_UNROLL
         for (int i = 0; i < MR; ++i) {
           block[i][kk % kChains] =
               _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xk + i * ldx + kk), block[i][kk % kChains]);
@@ -75,13 +85,16 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
       }
     }
     const __m256 scale = decode_block_scales<kFormat>(scales + b * kTileRows);
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       __m256 sum = block[i][0];
+      FP4MOE_UNROLL
       for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, block[i][c]);
       total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
     }
   }
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, _mm256_mul_ps(total[i], out_scale), rows);
 }
 
@@ -107,6 +120,7 @@ inline void decode_panel(const uint8_t* tile, const uint8_t* scales, int64_t k0,
     const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
     float* out = panel + (c * kFp4ChunkK - k0) * kTileRows;
+    FP4MOE_UNROLL
     for (int kk = 0; kk < kFp4ChunkK; ++kk) {
       const __m256 wv =
           _mm256_cvtepi32_ps(_mm256_shuffle_epi8(kk < 4 ? lo : hi, top_byte_ctrl(kk % 4)));
@@ -119,12 +133,15 @@ inline void decode_panel(const uint8_t* tile, const uint8_t* scales, int64_t k0,
 template <int MR>
 inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ldx, float* acc) {
   __m256 a[MR];
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) a[i] = _mm256_load_ps(acc + i * kTileRows);
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 wv = _mm256_load_ps(panel + k * kTileRows);
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i)
       a[i] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + i * ldx + k), a[i]);
   }
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + i * kTileRows, a[i]);
 }
 
@@ -199,8 +216,8 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
 // right by 1 and clear bit 14 gives S.0EEEE.MMM0000000, an FP16 of value e4m3 * 2^-8 (FP16 bias
 // 15 vs 7); vcvtph2ps widens exactly. The 2^8 is folded into the block scale.
 template <int MR, bool kTail>
-inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx, int valid_k,
-                      __m256 (&block)[MR][chains_for(MR)]) {
+[[gnu::always_inline]] inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx,
+                                             int valid_k, __m256 (&block)[MR][chains_for(MR)]) {
   constexpr int kChains = chains_for(MR);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m256i zero = _mm256_setzero_si256();
@@ -212,8 +229,10 @@ inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx, int va
                         _mm256_cvtph_ps(_mm256_castsi256_si128(odd)),
                         _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)),
                         _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1))};
+  FP4MOE_UNROLL
   for (int j = 0; j < kFp8ChunkK; ++j) {
     if (kTail && j >= valid_k) break;
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       block[i][j % kChains] =
           _mm256_fmadd_ps(wk[j], _mm256_broadcast_ss(xk + i * ldx + j), block[i][j % kChains]);
@@ -229,11 +248,14 @@ inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* sc
   const int tail_k = static_cast<int>(w.k % kFp8ChunkK);
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   __m256 total[MR];
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     constexpr int kChains = chains_for(MR);
     __m256 block[MR][kChains];
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
+      FP4MOE_UNROLL
       for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
     }
     const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
@@ -247,12 +269,15 @@ inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* sc
                           tail_k, block);
     }
     const __m256 scale = _mm256_set1_ps(scales[b] * 256.0f);
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       __m256 sum = block[i][0];
+      FP4MOE_UNROLL
       for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, block[i][c]);
       total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
     }
   }
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, total[i], rows);
 }
 
