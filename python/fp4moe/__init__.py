@@ -160,3 +160,23 @@ def transcode_mxfp4_to_nvfp4(tensors):
     report = dict(blocks_total=counts[0], blocks_lossless=counts[1], blocks_requantized=counts[2],
                   blocks_all_zero=counts[3], max_abs_error=errors[0], max_rel_error=errors[1])
     return outs, np.float32(ts.value), report
+
+
+def linear(fmt: str, precision: str, packed: np.ndarray, scales: np.ndarray, x: np.ndarray,
+           tensor_scale: float = 1.0, isa: str | None = None) -> np.ndarray:
+    """y [m, n] = x [m, k] . W^T through the CPU kernels; W in checkpoint layout ("nvfp4":
+    packed [n, k/2] + UE4M3 [n, k/16] + tensor_scale; "mxfp4": packed + E8M0 [n, k/32]).
+    precision "w4a16" (exact) or "w4a8"; isa None = the best the host has."""
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    scales = np.ascontiguousarray(scales, dtype=np.uint8)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, k = packed.shape[0], packed.shape[1] * 2
+    m = x.shape[0]
+    if x.shape != (m, k):
+        raise Fp4moeError(f"x has shape {x.shape}, the weights want [m, {k}]")
+    y = np.empty((m, n), np.float32)
+    _call(_lib.fp4moe_linear, ctypes.c_char_p(fmt.encode()), ctypes.c_char_p(precision.encode()),
+          ctypes.c_char_p(isa.encode()) if isa else None, _P(_ptr(packed)), _P(_ptr(scales)),
+          ctypes.c_float(tensor_scale), ctypes.c_int64(n), ctypes.c_int64(k), _P(_ptr(x)),
+          ctypes.c_int64(m), _P(_ptr(y)))
+    return y

@@ -42,6 +42,14 @@ int fp4moe_transcode_mxfp4_to_nvfp4(size_t count, const uint8_t* const* packed,
                                     int64_t* counts_out, double* errors_out, char* error,
                                     size_t error_size);
 
+/* y [m, n] = x [m, k] . W^T through the CPU kernels: W in checkpoint layout ("nvfp4": packed
+   [n, k/2] + UE4M3 [n, k/16] + tensor_scale; "mxfp4": packed + E8M0 [n, k/32], tensor_scale
+   ignored), packed once, then one product. precision: "w4a16" (exact) or "w4a8"; isa: "scalar",
+   "avx2", "avx512" or NULL for the best the host has. Single-threaded. */
+int fp4moe_linear(const char* format, const char* precision, const char* isa,
+                  const uint8_t* packed, const uint8_t* scales, float tensor_scale, int64_t n,
+                  int64_t k, const float* x, int64_t m, float* y, char* error, size_t error_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,8 +32,9 @@ struct BenchOptions {
 };
 
 // `--checkpoint DIR`: each MoE layer of a real (or synthetic) checkpoint on this CPU.
-int run_checkpoint_bench(const BenchOptions& o) {
+int run_checkpoint_bench(const BenchOptions& o, dispatch::Precision precision) {
   model::LayerBenchOptions options;
+  options.precision = precision;
   options.layers = o.layers;
   options.batch = o.batch;
   options.min_seconds = o.seconds;
@@ -47,6 +48,7 @@ int run_checkpoint_bench(const BenchOptions& o) {
     if (o.json) {
       layers.push_back({{"layer", b.layer},
                         {"expert_scheme", b.expert_scheme},
+                        {"precision", b.precision},
                         {"batch", b.batch},
                         {"calls", b.calls},
                         {"us", b.us},
@@ -56,10 +58,10 @@ int run_checkpoint_bench(const BenchOptions& o) {
                         {"ratio_to_bound", b.ratio_to_bound}});
     } else {
       std::printf(
-          "layer %d (%s experts), batch %lld: %.0f us per call, %.1f MB read, bound %.0f us at "
-          "%.2f GB/s measured in this run: %.2fx the bound (%lld calls)\n",
-          b.layer, b.expert_scheme.c_str(), static_cast<long long>(b.batch), b.us,
-          b.bytes_per_call / 1e6, b.bound_us, b.bandwidth_gbps, b.ratio_to_bound,
+          "layer %d (%s experts, %s), batch %lld: %.0f us per call, %.1f MB read, bound %.0f us "
+          "at %.2f GB/s measured in this run: %.2fx the bound (%lld calls)\n",
+          b.layer, b.expert_scheme.c_str(), b.precision.c_str(), static_cast<long long>(b.batch),
+          b.us, b.bytes_per_call / 1e6, b.bound_us, b.bandwidth_gbps, b.ratio_to_bound,
           static_cast<long long>(b.calls));
     }
   }
@@ -86,7 +88,12 @@ int run_bench(const BenchOptions& o) {
                  "fp4moe bench: choose exactly one of --gemv, --moe and --checkpoint DIR\n");
     return 2;
   }
-  if (!o.checkpoint.empty()) return run_checkpoint_bench(o);
+  const auto precision = dispatch::parse_precision(o.precision);
+  if (!precision.ok()) {
+    std::fprintf(stderr, "fp4moe bench: %s\n", precision.error().message.c_str());
+    return 2;
+  }
+  if (!o.checkpoint.empty()) return run_checkpoint_bench(o, *precision);
   const auto format = parse_format(o.format);
   if (!format) {
     std::fprintf(stderr, "fp4moe bench: unknown --format '%s' (nvfp4, mxfp4, fp8_block)\n",
@@ -101,11 +108,6 @@ int run_bench(const BenchOptions& o) {
       return 2;
     }
     isa = *parsed;
-  }
-  const auto precision = dispatch::parse_precision(o.precision);
-  if (!precision.ok()) {
-    std::fprintf(stderr, "fp4moe bench: %s\n", precision.error().message.c_str());
-    return 2;
   }
   const size_t min_bytes = static_cast<size_t>(o.min_gib * double(size_t{1} << 30));
   ThreadPool& pool = ThreadPool::global();

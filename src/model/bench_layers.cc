@@ -26,8 +26,9 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
   for (int layer : layers) {
     auto loaded = MoeCheckpointLayer::load(*dir, *info, layer);
     if (!loaded.ok()) return loaded.error();
-    auto moe = moe::MoeLayer::create(loaded->config(), loaded->router(), loaded->experts(),
-                                     loaded->shared(), options.batch);
+    auto moe =
+        moe::MoeLayer::create(loaded->config(), loaded->router(), loaded->experts(),
+                              loaded->shared(), options.batch, std::nullopt, options.precision);
     if (!moe.ok()) return moe.error();
     const int64_t hidden = loaded->config().hidden;
     // A pool of activation sets prepared up front: no allocation or RNG in the timed loop.
@@ -56,6 +57,7 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
     }
     b.layer = layer;
     b.expert_scheme = loaded->expert_scheme();
+    b.precision = dispatch::precision_name(options.precision);
     b.batch = options.batch;
     b.us = elapsed * 1e6 / static_cast<double>(b.calls);
     b.bytes_per_call = bytes / static_cast<double>(b.calls);

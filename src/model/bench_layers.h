@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dispatch/linear.h"
 
 namespace fp4moe::model {
 
 struct LayerBench {
   int layer = 0;
   std::string expert_scheme;
+  std::string precision;  // "w4a16" (exact) or "w4a8"
   int64_t batch = 0;
   int64_t calls = 0;
   double us = 0;              // mean per layer call
@@ -28,6 +30,7 @@ struct LayerBenchOptions {
   int64_t batch = 1;
   double min_seconds = 0.5;
   uint32_t seed = 7;
+  dispatch::Precision precision = dispatch::Precision::kExact;
 };
 
 Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::path& dir,

@@ -96,6 +96,12 @@ def test_bench_on_a_checkpoints_own_layers(tmp_path, rng):
     assert layer["layer"] == 1 and layer["expert_scheme"] == "mxfp4" and layer["calls"] >= 8
     assert layer["bandwidth_gbps"] > 0 and layer["bytes_per_call"] > 0
     assert layer["ratio_to_bound"] == pytest.approx(layer["us"] / layer["bound_us"])
+    assert layer["precision"] == "w4a16"
+    w4a8 = run("bench", "--checkpoint", tmp_path / "mx", "--layers", "0", "--seconds", "0.05", "--json",
+               "--precision", "w4a8")
+    assert w4a8.returncode == 0, w4a8.stderr
+    (layer,) = json.loads(w4a8.stdout)["layers"]
+    assert layer["precision"] == "w4a8" and layer["calls"] >= 8 and layer["us"] > 0
     both = run("bench", "--checkpoint", tmp_path / "mx", "--gemv")
     assert both.returncode == 2 and "exactly one" in both.stderr
     missing = run("bench", "--checkpoint", tmp_path / "nothing")

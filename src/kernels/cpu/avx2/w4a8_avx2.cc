@@ -21,6 +21,10 @@
 namespace fp4moe::kernels {
 namespace {
 
+// Fixed small loops fully unrolled so the decoded vectors and totals stay in registers (see
+// gemm_avx2.cc).
+#define FP4MOE_UNROLL _Pragma("GCC unroll 16")
+
 using avx2::decode_block_scales;
 using avx2::store_rows;
 
@@ -55,10 +59,12 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 total[MR];
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     __m256i lo[kChunksPerBlock], hi[kChunksPerBlock];
     avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
+    FP4MOE_UNROLL
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
                                                 tile + (b * kChunksPerBlock + c) * kChunkBytes)),
@@ -67,9 +73,11 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
       hi[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
     }
     const __m256 w_scale = decode_block_scales<kFormat>(scales + b * kTileRows);
+    FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       const int8_t* q = x.q + (i0 + i) * x.ldq + b * kBlock;
       __m256i sum = _mm256_setzero_si256();
+      FP4MOE_UNROLL
       for (int c = 0; c < kChunksPerBlock; c += 2) {
         const int8_t* qc = q + c * kFp4ChunkK;
         __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(qc)),
@@ -85,6 +93,7 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
     }
   }
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * 0.5f);
+  FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i)
     store_rows(y + (i0 + i) * ldy, _mm256_mul_ps(total[i], out_scale), rows);
 }
@@ -115,6 +124,7 @@ inline void w4a8_tile_many(const PackedMatrix& w, const uint8_t* tile, const uin
     for (int64_t b = 0; b < k_blocks; ++b) {
       avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
       __m256i lo[kChunksPerBlock], hi[kChunksPerBlock];
+      FP4MOE_UNROLL
       for (int c = 0; c < kChunksPerBlock; ++c) {
         const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
                                                   tile + (b * kChunksPerBlock + c) * kChunkBytes)),
@@ -126,6 +136,7 @@ inline void w4a8_tile_many(const PackedMatrix& w, const uint8_t* tile, const uin
       for (int64_t i = 0; i < mb; ++i) {
         const int8_t* q = x.q + (i0 + i) * x.ldq + b * kBlock;
         __m256i sum = _mm256_setzero_si256();
+        FP4MOE_UNROLL
         for (int c = 0; c < kChunksPerBlock; c += 2) {
           const int8_t* qc = q + c * kFp4ChunkK;
           __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(qc)),

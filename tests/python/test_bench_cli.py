@@ -1,0 +1,40 @@
+"""`fp4moe bench --gemv` for both kernel families: the JSON the issue asks for, with the ratios
+consistent with the figures beside them, and clear errors for what cannot be benchmarked."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FP4MOE = Path(os.environ["FP4MOE_BUILD_DIR"]) / "fp4moe"
+
+
+def run(*args):
+    return subprocess.run([str(FP4MOE), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("fmt,precision", [("nvfp4", "w4a16"), ("mxfp4", "w4a8"), ("nvfp4", "w4a8"),
+                                           ("fp8_block", "w4a16")])
+def test_gemv_json_has_the_issue_fields(fmt, precision):
+    proc = run("bench", "--gemv", "--format", fmt, "--precision", precision, "--m", 3, "--k", 256,
+               "--n", 72, "--min-gib", 0.001, "--seconds", 0.02, "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    for key in ("format", "isa", "m", "k", "n", "weight_bytes", "us", "gbps", "bandwidth_gbps",
+                "bandwidth_ratio", "gflops", "kernel", "precision"):
+        assert key in r, key
+    assert r["format"] == fmt and r["precision"] == precision
+    assert ("w4a8" in r["kernel"]) == (precision == "w4a8")
+    assert (r["m"], r["k"], r["n"]) == (3, 256, 72)
+    assert r["gbps"] == pytest.approx(r["weight_bytes"] / (r["us"] * 1e-6) / 1e9, rel=1e-6)
+    assert r["bandwidth_ratio"] == pytest.approx(r["gbps"] / r["bandwidth_gbps"], rel=1e-6)
+    assert r["gflops"] == pytest.approx(2 * 3 * 256 * 72 / (r["us"] * 1e-6) / 1e9, rel=1e-6)
+
+
+def test_gemv_errors():
+    fp8 = run("bench", "--gemv", "--format", "fp8_block", "--precision", "w4a8", "--k", 256, "--n", 8,
+              "--min-gib", 0.001, "--seconds", 0.01)
+    assert fp8.returncode == 1 and "W4A8" in fp8.stderr
+    bad = run("bench", "--gemv", "--precision", "w2a2")
+    assert bad.returncode == 2 and "w2a2" in bad.stderr
