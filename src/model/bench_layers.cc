@@ -2,6 +2,7 @@
 // each call routes to different experts, as decode does.
 #include "model/bench_layers.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -20,7 +21,9 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
   if (!info.ok()) return info.error();
   ThreadPool& pool = ThreadPool::global();
   // 1 GiB streamed: far past the last-level cache, so this is the DRAM figure decode faces.
-  const double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30);
+  // Re-measured after each layer; the best figure so far is the reference (the bandwidth of a
+  // shared host drifts; see dispatch::bench_gemm), so a ratio errs on the low side.
+  double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30);
   std::vector<LayerBench> results;
   const std::vector<int> layers = options.layers.empty() ? info->moe_layers : options.layers;
   for (int layer : layers) {
@@ -55,6 +58,7 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
       ++b.calls;
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    bandwidth = std::max(bandwidth, dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30));
     b.layer = layer;
     b.expert_scheme = loaded->expert_scheme();
     b.precision = dispatch::precision_name(options.precision);
