@@ -23,7 +23,10 @@ QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t m
       block_(block),
       q_(static_cast<size_t>(max_rows * max_k)),
       scales_(static_cast<size_t>(max_rows * (max_k / block))),
-      sums_(scales_.size()) {}
+      sums_(scales_.size()) {
+  // The SIMD quantizers work 8 lanes at a time within a block.
+  FP4MOE_CHECK(block >= 8 && block % 8 == 0);
+}
 
 void QuantizedActivationBuffer::quantize_rows(const float* x, int64_t ldx, int64_t row0,
                                               int64_t rows, int64_t k, kernels::Isa isa) {
@@ -84,15 +87,30 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
                  std::string(kernels::isa_name(chosen))};
   }
   const kernels::W4A8KernelInfo* w4a8 = nullptr;
+  kernels::Isa w4a8_isa = chosen;
   if (precision == Precision::kW4A8) {
     w4a8 = kernels::find_w4a8_kernel(w.format, chosen);
+    if (w4a8 == nullptr && !isa) {
+      // The W4A8 family has fewer ISAs than the exact one (none for AVX-512 yet): unless the
+      // caller named the ISA, take the best host ISA below the chosen one that has a W4A8 kernel.
+      const std::vector<kernels::Isa> isas = host_isas();  // scalar first, best last
+      for (auto it = isas.rbegin(); it != isas.rend() && w4a8 == nullptr; ++it) {
+        if (*it >= chosen) continue;
+        w4a8 = kernels::find_w4a8_kernel(w.format, *it);
+        if (w4a8 != nullptr) {
+          w4a8_isa = *it;
+          why += "; no W4A8 kernel for " + std::string(kernels::isa_name(chosen)) + ", so " +
+                 std::string(kernels::isa_name(*it));
+        }
+      }
+    }
     if (w4a8 == nullptr) {
       return Error{"no W4A8 " + std::string(kernels::weight_format_name(w.format)) +
                    " kernel for ISA " + std::string(kernels::isa_name(chosen)) +
                    " (W4A8 covers the FP4 formats)"};
     }
   }
-  return LinearPlan(&w, chosen, k, w4a8, std::move(why));
+  return LinearPlan(&w, w4a8_isa, k, w4a8, std::move(why));
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {

@@ -55,7 +55,8 @@ class LinearPlan {
  public:
   // Chooses the kernel for `w` (which must outlive the plan): `isa` if given, else the forced ISA
   // (test hook / FP4MOE_ISA), else the best the host supports. An ISA the host lacks, or one the
-  // kernel list has no kernel for (at the asked precision), is an Error.
+  // kernel list has no kernel for, is an Error; a W4A8 plan without a named ISA falls back to the
+  // best host ISA the W4A8 family has (describe() says so).
   static Result<LinearPlan> create(const kernels::PackedMatrix& w,
                                    std::optional<kernels::Isa> isa = std::nullopt,
                                    Precision precision = Precision::kExact);
@@ -86,6 +87,8 @@ class LinearPlan {
   Precision precision() const { return w4a8_ != nullptr ? Precision::kW4A8 : Precision::kExact; }
   // K elements per activation scale of a W4A8 plan (the weight format's block).
   int activation_block() const { return kernels::weight_format_k_block(w_->format); }
+  // The ISA of the product this plan runs (for a W4A8 plan, the W4A8 kernel's and its
+  // quantizer's; it may be below the exact kernel's when the W4A8 family lacks that ISA).
   kernels::Isa isa() const { return isa_; }
   std::string_view kernel_name() const { return w4a8_ != nullptr ? w4a8_->name : kernel_->name; }
   const kernels::KernelInfo& kernel() const { return *kernel_; }

@@ -151,7 +151,7 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
     if (!plan.ok()) return plan.error();
     plans.push_back(std::move(plan).value());
   }
-  r.isa = kernels::isa_name(plans[0].kernel().isa);
+  r.isa = kernels::isa_name(plans[0].isa());
   r.kernel = plans[0].kernel_name();
   r.precision = precision_name(precision);
 
@@ -161,7 +161,10 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
 
   const size_t bandwidth_bytes = std::max<size_t>(min_bytes, size_t{1} << 30);
   const double bandwidth_before = measure_read_bandwidth_gbps(pool, bandwidth_bytes);
-  QuantizedActivationBuffer quantized(m, k, kernels::weight_format_k_block(format));
+  QuantizedActivationBuffer quantized;  // W4A8 only
+  if (precision == Precision::kW4A8) {
+    quantized = QuantizedActivationBuffer(m, k, kernels::weight_format_k_block(format));
+  }
   auto product = [&](const LinearPlan& p) {
     if (precision == Precision::kW4A8) {
       p.run_quantizing(x.data(), k, m, y.data(), n, quantized, pool);

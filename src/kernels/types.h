@@ -77,12 +77,16 @@ using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, 
 // ------------------------------------------------------------------------------------------------
 // W4A8 ("activations in int8", the llama.cpp q8 scheme): a separate, named kernel family, never
 // chosen unless asked for. Each token's activations are quantized per K block (the weight format's
-// block: 16 for NVFP4, 32 for MXFP4) to int8 codes q = round_half_even(x * 127 / amax) with the
-// F32 scale amax / 127 (0 for an all-zero block, NaN for a block holding Inf or NaN, so the
-// output says so). Weight codes and activation codes are multiplied in integers, exactly; each
-// block's integer sum times (weight block scale * activation scale) is accumulated in F32.
+// block: 16 for NVFP4, 32 for MXFP4) to int8 codes q = round_half_even(x * fl(127 / amax)) (F32
+// products, the reciprocal rounded first) with the F32 scale amax / 127 (0 for an all-zero block,
+// NaN for a block holding Inf or NaN, so the output says so). Weight codes and activation codes
+// are multiplied in integers, exactly; each block's integer sum times fl(weight block scale *
+// activation scale) is accumulated in F32.
 // Error against the exact W4A16 product: per output, at most sum over blocks of
 // (amax_block / 254) * sum |w| over the block, plus the FP32 summation error (tests/ check it).
+// Outside that statement: blocks with amax below ~2^-119 (their scale amax / 127 is an F32
+// subnormal and keeps fewer bits) and scale products that underflow (E8M0 weight scales near
+// 2^-127); both only perturb contributions below ~1e-35.
 struct QuantizedActivations {
   const int8_t* q;      // [m, k] codes, row stride ldq
   const float* scales;  // [m, k / block] F32 scales, row stride lds

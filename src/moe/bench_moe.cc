@@ -114,8 +114,10 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   r.batch = batch;
   r.threads = pool.size();
   r.pack_s_per_gb = pack_s / (packed_checkpoint_bytes / 1e9);
-  r.isa = kernels::isa_name(
-      (isa ? *isa : dispatch::LinearPlan::create(store[0]->view())->kernel().isa));
+  // The routed experts' ISA, as their plans chose it (a W4A8 plan may sit below the exact one).
+  auto routed_plan = dispatch::LinearPlan::create(store[0]->view(), isa, precision);
+  if (!routed_plan.ok()) return routed_plan.error();
+  r.isa = kernels::isa_name(routed_plan->isa());
   const size_t bandwidth_bytes = std::max<size_t>(min_bandwidth_bytes, 1u << 30);
   const double bandwidth_before = dispatch::measure_read_bandwidth_gbps(pool, bandwidth_bytes);
 

@@ -52,6 +52,34 @@ TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
   }
 }
 
+// The W4A8 family covers fewer ISAs than the exact one: without a named ISA, a W4A8 plan takes
+// the best host ISA at or below the chosen one that has a W4A8 kernel; a named ISA without one is
+// an Error; FP8 has no W4A8 kernel at all.
+TEST(Dispatch, W4a8PlansFallBackToAnIsaTheFamilyHas) {
+  std::mt19937 rng(2);
+  for (WeightFormat f : {WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
+    testing::QuantizedMatrix w = testing::quantize_random(f, 16, 64, rng);
+    for (Isa isa : dispatch::host_isas()) {
+      dispatch::set_forced_isa(isa);
+      auto plan =
+          dispatch::LinearPlan::create(w.packed.view(), std::nullopt, dispatch::Precision::kW4A8);
+      ASSERT_TRUE(plan.ok()) << plan.error().message;
+      EXPECT_EQ(plan->precision(), dispatch::Precision::kW4A8);
+      EXPECT_NE(kernels::find_w4a8_kernel(f, plan->isa()), nullptr);
+      EXPECT_LE(plan->isa(), isa);
+      EXPECT_EQ(plan->kernel().isa, isa);  // the exact kernel keeps the forced ISA
+      auto named = dispatch::LinearPlan::create(w.packed.view(), isa, dispatch::Precision::kW4A8);
+      EXPECT_EQ(named.ok(), kernels::find_w4a8_kernel(f, isa) != nullptr);
+    }
+    dispatch::set_forced_isa(std::nullopt);
+  }
+  testing::QuantizedMatrix fp8 = testing::quantize_random(WeightFormat::kFp8Block128, 16, 64, rng);
+  auto plan =
+      dispatch::LinearPlan::create(fp8.packed.view(), std::nullopt, dispatch::Precision::kW4A8);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().message.find("W4A8"), std::string::npos) << plan.error().message;
+}
+
 TEST(Dispatch, ScalarIsAlwaysAvailableAndBestIsLast) {
   const std::vector<Isa> isas = dispatch::host_isas();
   ASSERT_FALSE(isas.empty());

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/types.h"
@@ -33,8 +34,11 @@ inline __m256 decode_block_scales(const uint8_t* codes) {
 // compute-heavy streams); 2-4 KiB ahead was best. A prefetch never faults, even past the end.
 inline constexpr int64_t kPrefetchDistance = 4096;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+  // The address is formed as an integer: p + distance may lie past the allocation, which is
+  // fine for a prefetch but not for C++ pointer arithmetic.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p) + kPrefetchDistance;
   for (int64_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + off + kPrefetchDistance), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<uintptr_t>(off)), _MM_HINT_T0);
   }
 }
 

@@ -173,7 +173,8 @@ void w4a8_gemm_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_
       w4a8_tile_many<kFormat>(w, tile, scales, x, m, yt, ldy, rows);
       continue;
     }
-    // Four tokens share one decode of each block; 8 decoded vectors + 4 totals fit 16 registers.
+    // Four tokens share one decode of each block (NVFP4: 4 decoded vectors + 4 totals stay in
+    // registers; MXFP4's 8 + 4 + constants spill a few constants to memory operands).
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) w4a8_tile<kFormat, 4>(w, tile, scales, x, i, yt, ldy, rows);
     switch (m - i) {
