@@ -53,6 +53,7 @@ struct Side {  // one checkpoint's results: before (MXFP4) or after (NVFP4)
   double worst_rel_error = 0;
   bool verified = false;
   double layer_us = 0, layer_ratio = 0, bandwidth = 0;
+  double w4a8_layer_us = 0, w4a8_layer_ratio = 0;  // the same layers on the W4A8 kernels
 };
 
 const plan::ModulePlan* routed_plan(const plan::Plan& p) {
@@ -128,6 +129,19 @@ Result<Side> examine(const fs::path& dir, const fs::path& full_size_dir, const c
       "  bench on this CPU, batch 1: {:.0f} us per MoE layer, {:.2f}x the bytes/bandwidth bound "
       "({:.1f} GB/s measured in this run)\n",
       side.layer_us, side.layer_ratio, side.bandwidth);
+  // The separate W4A8 family (int8 activations per block, its own error bound): not what verify
+  // checks against 1e-4, but what a CPU decode would run when that bound is acceptable.
+  bench_options.precision = dispatch::Precision::kW4A8;
+  auto w4a8 = model::bench_checkpoint_layers(dir, bench_options);
+  if (!w4a8.ok()) return w4a8.error();
+  for (const auto& b : *w4a8) {
+    side.w4a8_layer_us += b.us / static_cast<double>(w4a8->size());
+    side.w4a8_layer_ratio += b.ratio_to_bound / static_cast<double>(w4a8->size());
+  }
+  fmt::print(
+      "  the same on the W4A8 kernels (int8 activations): {:.0f} us per MoE layer, {:.2f}x the "
+      "bound\n",
+      side.w4a8_layer_us, side.w4a8_layer_ratio);
   return side;
 }
 
@@ -212,6 +226,10 @@ int run_demo(const DemoArgs& args) {
   fmt::print("   CPU MoE layer, batch 1          {:<28} {}\n",
              fmt::format("{:.0f} us ({:.2f}x bound)", before->layer_us, before->layer_ratio),
              fmt::format("{:.0f} us ({:.2f}x bound)", after->layer_us, after->layer_ratio));
+  fmt::print(
+      "   CPU MoE layer, batch 1, W4A8    {:<28} {}\n",
+      fmt::format("{:.0f} us ({:.2f}x bound)", before->w4a8_layer_us, before->w4a8_layer_ratio),
+      fmt::format("{:.0f} us ({:.2f}x bound)", after->w4a8_layer_us, after->w4a8_layer_ratio));
   fmt::print("   lossless                        -                            {}\n",
              r.blocks_requantized == 0 ? "every block bit-exact" : "some blocks requantized");
   fmt::print("\ndone in {:.1f} s{}\n", seconds_since(start),

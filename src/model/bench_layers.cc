@@ -21,9 +21,9 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
   if (!info.ok()) return info.error();
   ThreadPool& pool = ThreadPool::global();
   // 1 GiB streamed: far past the last-level cache, so this is the DRAM figure decode faces.
-  // Re-measured after each layer; the best figure so far is the reference (the bandwidth of a
-  // shared host drifts; see dispatch::bench_gemm), so a ratio errs on the low side.
-  double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30);
+  // Measured before and after all layers; the better figure is the reference for every layer
+  // (the bandwidth of a shared host drifts; see dispatch::bench_gemm), so ratios err low.
+  const double bandwidth_before = dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30);
   std::vector<LayerBench> results;
   const std::vector<int> layers = options.layers.empty() ? info->moe_layers : options.layers;
   for (int layer : layers) {
@@ -58,17 +58,20 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
       ++b.calls;
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    bandwidth = std::max(bandwidth, dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30));
     b.layer = layer;
     b.expert_scheme = loaded->expert_scheme();
     b.precision = dispatch::precision_name(options.precision);
     b.batch = options.batch;
     b.us = elapsed * 1e6 / static_cast<double>(b.calls);
     b.bytes_per_call = bytes / static_cast<double>(b.calls);
+    results.push_back(b);
+  }
+  const double bandwidth =
+      std::max(bandwidth_before, dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30));
+  for (LayerBench& b : results) {
     b.bandwidth_gbps = bandwidth;
     b.bound_us = b.bytes_per_call / (bandwidth * 1e9) * 1e6;
     b.ratio_to_bound = b.us / b.bound_us;
-    results.push_back(b);
   }
   return results;
 }
