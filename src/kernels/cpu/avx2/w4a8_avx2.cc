@@ -105,57 +105,84 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
 constexpr int64_t kManyTokens = 64;
 constexpr int64_t kManyTokensMin = 8;
 
-template <WeightFormat kFormat>
-inline void w4a8_tile_many(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
-                           const QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
-                           int rows) {
+// kTiles adjacent tiles at once (2 for NVFP4, whose decoded block is 4 vectors per tile; 1 for
+// MXFP4's 8): each activation broadcast and each token's scale and offset then serve 16 rows.
+template <WeightFormat kFormat, int kTiles>
+inline void w4a8_tiles_many(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
+                            const QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
+                            const int (&rows)[kTiles]) {
   constexpr int kBlock = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
   constexpr int kChunksPerBlock = kBlock / kFp4ChunkK;
+  constexpr int kRows = kTiles * kTileRows;
   const int64_t k_blocks = w.k / kBlock;
+  const int64_t tile_bytes = w.chunks * kChunkBytes;
+  const int64_t tile_scales = k_blocks * kTileRows;
   const __m256i lut = offset_e2m1_x2_lut();
   const __m256i transpose = transpose4x4_ctrl();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * 0.5f);
-  alignas(32) float totals[kManyTokens * kTileRows];
+  alignas(32) float totals[kManyTokens * kRows];
   for (int64_t i0 = 0; i0 < m; i0 += kManyTokens) {
     const int64_t mb = std::min(kManyTokens, m - i0);
-    for (int64_t i = 0; i < mb; ++i) _mm256_store_ps(totals + i * kTileRows, _mm256_setzero_ps());
+    for (int64_t i = 0; i < mb * kTiles; ++i) {
+      _mm256_store_ps(totals + i * kTileRows, _mm256_setzero_ps());
+    }
     for (int64_t b = 0; b < k_blocks; ++b) {
-      avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
-      __m256i lo[kChunksPerBlock], hi[kChunksPerBlock];
+      __m256i lo[kTiles][kChunksPerBlock], hi[kTiles][kChunksPerBlock];
+      __m256 w_scale[kTiles];
       FP4MOE_UNROLL
-      for (int c = 0; c < kChunksPerBlock; ++c) {
-        const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                                  tile + (b * kChunksPerBlock + c) * kChunkBytes)),
-                                              transpose);
-        lo[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
-        hi[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      for (int t = 0; t < kTiles; ++t) {
+        const uint8_t* block = tile + t * tile_bytes + b * kChunksPerBlock * kChunkBytes;
+        avx2::prefetch_ahead(block, kChunksPerBlock * kChunkBytes);
+        FP4MOE_UNROLL
+        for (int c = 0; c < kChunksPerBlock; ++c) {
+          const __m256i v = _mm256_shuffle_epi8(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes)),
+              transpose);
+          lo[t][c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
+          hi[t][c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+        }
+        w_scale[t] = decode_block_scales<kFormat>(scales + t * tile_scales + b * kTileRows);
       }
-      const __m256 w_scale = decode_block_scales<kFormat>(scales + b * kTileRows);
       for (int64_t i = 0; i < mb; ++i) {
         const int8_t* q = x.q + (i0 + i) * x.ldq + b * kBlock;
-        __m256i sum = _mm256_setzero_si256();
+        __m256i sum[kTiles];
+        FP4MOE_UNROLL
+        for (int t = 0; t < kTiles; ++t) sum[t] = _mm256_setzero_si256();
         FP4MOE_UNROLL
         for (int c = 0; c < kChunksPerBlock; c += 2) {
           const int8_t* qc = q + c * kFp4ChunkK;
-          __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], broadcast4(qc)),
-                                       _mm256_maddubs_epi16(hi[c], broadcast4(qc + 4)));
-          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[c + 1], broadcast4(qc + 8)));
-          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[c + 1], broadcast4(qc + 12)));
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones16));
+          const __m256i x0 = broadcast4(qc), x1 = broadcast4(qc + 4), x2 = broadcast4(qc + 8),
+                        x3 = broadcast4(qc + 12);
+          FP4MOE_UNROLL
+          for (int t = 0; t < kTiles; ++t) {
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[t][c], x0),
+                                         _mm256_maddubs_epi16(hi[t][c], x1));
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[t][c + 1], x2));
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[t][c + 1], x3));
+            sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, ones16));
+          }
         }
         const int64_t s = (i0 + i) * x.lds + b;
-        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(kCodeOffset * x.sums[s]));
-        float* t = totals + i * kTileRows;
-        _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                                           _mm256_mul_ps(w_scale, _mm256_set1_ps(x.scales[s])),
-                                           _mm256_load_ps(t)));
+        const __m256i offset = _mm256_set1_epi32(kCodeOffset * x.sums[s]);
+        const __m256 act_scale = _mm256_set1_ps(x.scales[s]);
+        FP4MOE_UNROLL
+        for (int t = 0; t < kTiles; ++t) {
+          float* tot = totals + (i * kTiles + t) * kTileRows;
+          _mm256_store_ps(
+              tot, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum[t], offset)),
+                                   _mm256_mul_ps(w_scale[t], act_scale), _mm256_load_ps(tot)));
+        }
       }
     }
     for (int64_t i = 0; i < mb; ++i) {
-      store_rows(y + (i0 + i) * ldy,
-                 _mm256_mul_ps(_mm256_load_ps(totals + i * kTileRows), out_scale), rows);
+      FP4MOE_UNROLL
+      for (int t = 0; t < kTiles; ++t) {
+        store_rows(y + (i0 + i) * ldy + t * kTileRows,
+                   _mm256_mul_ps(_mm256_load_ps(totals + (i * kTiles + t) * kTileRows), out_scale),
+                   rows[t]);
+      }
     }
   }
 }
@@ -170,7 +197,16 @@ void w4a8_gemm_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
     if (m >= kManyTokensMin) {
-      w4a8_tile_many<kFormat>(w, tile, scales, x, m, yt, ldy, rows);
+      // NVFP4: tiles in pairs (the last one alone); MXFP4: one at a time.
+      if (kFormat == WeightFormat::kNvfp4 && t + 1 < tile_end) {
+        const int pair_rows[2] = {
+            rows, static_cast<int>(std::min<int64_t>(kTileRows, w.n - (t + 1) * kTileRows))};
+        w4a8_tiles_many<kFormat, 2>(w, tile, scales, x, m, yt, ldy, pair_rows);
+        ++t;  // the pair's second tile is done too
+      } else {
+        const int one_rows[1] = {rows};
+        w4a8_tiles_many<kFormat, 1>(w, tile, scales, x, m, yt, ldy, one_rows);
+      }
       continue;
     }
     // Four tokens share one decode of each block (NVFP4: 4 decoded vectors + 4 totals stay in
