@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -233,6 +234,32 @@ TEST_P(W4A8KernelTest, MatchesScalarAndFp64OraclesOverShapeClasses) {
       }
     }
     if (failures > 0) return;
+  }
+}
+
+// Splitting the tile range (as the thread pool does) must give the same bits as one call, also
+// where the many-token path pairs tiles and a boundary splits a pair.
+TEST_P(W4A8KernelTest, TileRangesComposeExactly) {
+  const auto& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const int block = kernels::weight_format_k_block(kernel.format);
+  const uint32_t seed = 0xB10C5u + static_cast<uint32_t>(kernel.isa);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  for (int64_t m : {3, 11}) {
+    const int64_t n = 8 * 37 + 3, k = 4 * block;
+    testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+    const std::vector<float> x = testing::random_activations(m, k, rng);
+    const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
+    const int64_t tiles = w.packed.view().n_tiles;
+    std::vector<float> whole(m * n), split(m * n);
+    kernel.fn(w.packed.view(), xq.view(k, block), m, whole.data(), n, 0, tiles);
+    const int64_t bounds[] = {0, 5, 6, 17, tiles};
+    for (size_t i = 0; i + 1 < std::size(bounds); ++i) {
+      kernel.fn(w.packed.view(), xq.view(k, block), m, split.data(), n, bounds[i], bounds[i + 1]);
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), sizeof(float) * whole.size())) << m;
   }
 }
 
