@@ -32,6 +32,16 @@ def test_gemv_json_has_the_issue_fields(fmt, precision):
     assert r["gflops"] == pytest.approx(2 * 3 * 256 * 72 / (r["us"] * 1e-6) / 1e9, rel=1e-6)
 
 
+def test_repeat_reports_the_median_round_and_the_spread():
+    proc = run("bench", "--gemv", "--format", "mxfp4", "--precision", "w4a8", "--k", 256, "--n", 64,
+               "--min-gib", 0.001, "--seconds", 0.01, "--repeat", 3, "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["rounds"] == 3
+    assert r["bandwidth_ratio_min"] <= r["bandwidth_ratio"] <= r["bandwidth_ratio_max"]
+    assert run("bench", "--gemv", "--repeat", 0).returncode != 0
+
+
 def test_gemv_errors():
     fp8 = run("bench", "--gemv", "--format", "fp8_block", "--precision", "w4a8", "--k", 256, "--n", 8,
               "--min-gib", 0.001, "--seconds", 0.01)
