@@ -1,5 +1,5 @@
-/* C ABI of fp4moe's format layer, for the Python binding (python/fp4moe) and its oracle tests.
-   Every function returns 0 on success; on bad input it returns 1 and writes the message into
+/* C ABI of fp4moe for the Python binding (python/fp4moe) and its oracle tests: the format layer
+   and one product through the CPU kernels (fp4moe_linear). Every function returns 0 on success; on bad input it returns 1 and writes the message into
    `error` (NUL-terminated, at most `error_size` bytes). Buffer sizes follow formats/block.h. */
 #ifndef FP4MOE_C_H_
 #define FP4MOE_C_H_
@@ -46,9 +46,9 @@ int fp4moe_transcode_mxfp4_to_nvfp4(size_t count, const uint8_t* const* packed,
    [n, k/2] + UE4M3 [n, k/16] + tensor_scale; "mxfp4": packed + E8M0 [n, k/32], tensor_scale
    ignored), packed once, then one product. precision: "w4a16" (exact) or "w4a8"; isa: "scalar",
    "avx2", "avx512" or NULL for the best the host has. Single-threaded. */
-int fp4moe_linear(const char* format, const char* precision, const char* isa,
-                  const uint8_t* packed, const uint8_t* scales, float tensor_scale, int64_t n,
-                  int64_t k, const float* x, int64_t m, float* y, char* error, size_t error_size);
+int fp4moe_linear(const char* format, const char* precision, const char* isa, const uint8_t* packed,
+                  const uint8_t* scales, float tensor_scale, int64_t n, int64_t k, const float* x,
+                  int64_t m, float* y, char* error, size_t error_size);
 
 #ifdef __cplusplus
 }
