@@ -1,6 +1,7 @@
 /* C ABI of fp4moe for the Python binding (python/fp4moe) and its oracle tests: the format layer
-   and one product through the CPU kernels (fp4moe_linear). Every function returns 0 on success; on bad input it returns 1 and writes the message into
-   `error` (NUL-terminated, at most `error_size` bytes). Buffer sizes follow formats/block.h. */
+   and one product through the CPU kernels (fp4moe_linear). Every function returns 0 on success; on
+   bad input it returns 1 and writes the message into `error` (NUL-terminated, at most `error_size`
+   bytes). Buffer sizes follow formats/block.h. */
 #ifndef FP4MOE_C_H_
 #define FP4MOE_C_H_
 
