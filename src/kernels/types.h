@@ -52,6 +52,15 @@ int weight_format_k_block(WeightFormat format);
 //   grid (a tile never straddles two 128-row blocks since 128 % 8 == 0).
 inline constexpr int kTileRows = 8;
 inline constexpr int kFp4ChunkK = 8;  // K elements per 32-byte FP4 chunk
+
+// The byte of an FP4 chunk that holds tile row `row` (0..7) at k offset `j` (0..3; the same byte's
+// high nibble holds offset j + 4): the map above, written once for pack/ and the scalar kernels.
+constexpr int fp4_chunk_byte(int row, int j) { return (row / 4) * 16 + j * 4 + row % 4; }
+// The code of tile row `row` at k offset `kk` (0..7) in an FP4 chunk.
+inline uint8_t fp4_chunk_code(const uint8_t* chunk, int row, int kk) {
+  const uint8_t byte = chunk[fp4_chunk_byte(row, kk % 4)];
+  return kk < 4 ? (byte & 0xF) : (byte >> 4);
+}
 inline constexpr int kFp8ChunkK = 4;  // K elements per 32-byte FP8 chunk
 inline constexpr int kChunkBytes = 32;
 inline constexpr int kFp8ScaleBlock = 128;

@@ -17,6 +17,7 @@ void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 namespace {
 
+using kernels::fp4_chunk_byte;
 using kernels::kChunkBytes;
 using kernels::kFp4ChunkK;
 using kernels::kFp8ChunkK;
@@ -93,12 +94,10 @@ void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8
   for (int64_t t = 0; t < n_tiles; ++t) {
     for (int r8 = 0; r8 < kTileRows; ++r8) {
       const int64_t row = t * kTileRows + r8;
-      const int lane = r8 / 4;
-      const int r = r8 % 4;
       uint8_t* tile = out + t * chunks * kChunkBytes;
       if (row >= n) {
         for (int64_t c = 0; c < chunks; ++c) {
-          for (int j = 0; j < 4; ++j) tile[c * kChunkBytes + lane * 16 + j * 4 + r] = 0;
+          for (int j = 0; j < 4; ++j) tile[c * kChunkBytes + fp4_chunk_byte(r8, j)] = 0;
         }
         continue;
       }
@@ -110,7 +109,7 @@ void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8
         for (int j = 0; j < 4; ++j) {
           const uint32_t lo = (bits >> (4 * j)) & 0xF;        // k = 8c + j
           const uint32_t hi = (bits >> (4 * (j + 4))) & 0xF;  // k = 8c + 4 + j
-          tile[c * kChunkBytes + lane * 16 + j * 4 + r] = static_cast<uint8_t>(lo | (hi << 4));
+          tile[c * kChunkBytes + fp4_chunk_byte(r8, j)] = static_cast<uint8_t>(lo | (hi << 4));
         }
       }
     }

@@ -10,13 +10,6 @@
 namespace fp4moe::kernels {
 namespace {
 
-// Decoded value of element (row r, offset kk in chunk) of an FP4 chunk; see types.h for the map.
-inline uint8_t fp4_code(const uint8_t* chunk, int r, int kk) {
-  const int lane = r / 4;
-  const int byte = lane * 16 + (kk % 4) * 4 + (r % 4);
-  return kk < 4 ? (chunk[byte] & 0xF) : (chunk[byte] >> 4);
-}
-
 template <WeightFormat kFormat>
 void fp4_gemm_scalar(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                      int64_t ldy, int64_t tile_begin, int64_t tile_end) {
@@ -39,7 +32,7 @@ void fp4_gemm_scalar(const PackedMatrix& w, const float* x, int64_t ldx, int64_t
           for (int kk = 0; kk < kFp4ChunkK; ++kk) {
             const float xv = xr[chunk * kFp4ChunkK + kk];
             for (int r = 0; r < kTileRows; ++r) {
-              block[r] += xv * formats::decode_e2m1(fp4_code(bytes, r, kk));
+              block[r] += xv * formats::decode_e2m1(fp4_chunk_code(bytes, r, kk));
             }
           }
         }

@@ -18,11 +18,6 @@ constexpr float kTinyAmax = 0x1p-64f;  // below this the quantizer pre-scales by
 
 constexpr int8_t kE2m1Times2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-inline uint8_t fp4_code(const uint8_t* chunk, int r, int kk) {
-  const int byte = (r / 4) * 16 + (kk % 4) * 4 + (r % 4);
-  return kk < 4 ? (chunk[byte] & 0xF) : (chunk[byte] >> 4);
-}
-
 template <WeightFormat kFormat>
 void w4a8_gemm_scalar(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
                       int64_t ldy, int64_t tile_begin, int64_t tile_end) {
@@ -46,7 +41,8 @@ void w4a8_gemm_scalar(const PackedMatrix& w, const QuantizedActivations& x, int6
           const uint8_t* bytes = tile + chunk * kChunkBytes;
           for (int kk = 0; kk < kFp4ChunkK; ++kk) {
             const int32_t qv = q[chunk * kFp4ChunkK + kk];
-            for (int r = 0; r < kTileRows; ++r) sum[r] += kE2m1Times2[fp4_code(bytes, r, kk)] * qv;
+            for (int r = 0; r < kTileRows; ++r)
+              sum[r] += kE2m1Times2[fp4_chunk_code(bytes, r, kk)] * qv;
           }
         }
         const float act_scale = x.scales[mi * x.lds + b];
