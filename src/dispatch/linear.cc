@@ -9,6 +9,17 @@
 
 namespace fp4moe::dispatch {
 
+namespace {
+
+// Calls fn(begin, end) on the pool for tile_tasks() contiguous ranges covering [0, tiles).
+template <class Fn>
+void for_tile_ranges(int64_t tiles, ThreadPool& pool, Fn&& fn) {
+  const int64_t tasks = tile_tasks(tiles, pool.size());
+  pool.run(tasks, [&](int64_t task, int) { fn(tiles * task / tasks, tiles * (task + 1) / tasks); });
+}
+
+}  // namespace
+
 std::string_view precision_name(Precision p) { return p == Precision::kW4A8 ? "w4a8" : "w4a16"; }
 
 Result<Precision> parse_precision(std::string_view name) {
@@ -120,11 +131,8 @@ int64_t tile_tasks(int64_t n_tiles, int threads) {
 void LinearPlan::run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
                           ThreadPool& pool) const {
   FP4MOE_CHECK(w4a8_ != nullptr);
-  const int64_t tiles = w_->n_tiles;
-  const int64_t tasks = tile_tasks(tiles, pool.size());
-  pool.run(tasks, [&](int64_t task, int) {
-    w4a8_->fn(*w_, x, m, y, ldy, tiles * task / tasks, tiles * (task + 1) / tasks);
-  });
+  for_tile_ranges(w_->n_tiles, pool,
+                  [&](int64_t begin, int64_t end) { w4a8_->fn(*w_, x, m, y, ldy, begin, end); });
 }
 
 void LinearPlan::run_quantizing(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
@@ -135,11 +143,7 @@ void LinearPlan::run_quantizing(const float* x, int64_t ldx, int64_t m, float* y
 
 void LinearPlan::run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
                      ThreadPool& pool) const {
-  const int64_t tiles = w_->n_tiles;
-  const int64_t tasks = tile_tasks(tiles, pool.size());
-  pool.run(tasks, [&](int64_t task, int) {
-    const int64_t begin = tiles * task / tasks;
-    const int64_t end = tiles * (task + 1) / tasks;
+  for_tile_ranges(w_->n_tiles, pool, [&](int64_t begin, int64_t end) {
     kernel_->fn(*w_, x, ldx, m, y, ldy, begin, end);
   });
 }

@@ -89,11 +89,13 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
       const std::string name = std::string(kind) + " " + std::to_string(e);
       int64_t inter = 0;
       FP4MOE_RETURN_IF_ERROR(check_expert(in[e], name, config.hidden, &inter));
-      // W4A8 where asked for and a W4A8 kernel exists (the FP4 formats); exact otherwise.
+      // W4A8 where asked for and the W4A8 family covers the format (it always has a scalar
+      // kernel for the formats it covers: today the FP4 ones); exact otherwise.
       auto plan = [&](const pack::PackedWeights* w) {
-        const bool fp4 = w->format() != kernels::WeightFormat::kFp8Block128;
+        const bool covered =
+            kernels::find_w4a8_kernel(w->format(), kernels::Isa::kScalar) != nullptr;
         return dispatch::LinearPlan::create(w->view(), isa,
-                                            precision == dispatch::Precision::kW4A8 && fp4
+                                            precision == dispatch::Precision::kW4A8 && covered
                                                 ? precision
                                                 : dispatch::Precision::kExact);
       };
