@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cli/command.h"
@@ -83,6 +84,23 @@ std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
   return std::nullopt;
 }
 
+// --repeat N: N whole rounds, each with its own bandwidth measurements, sorted by their ratio so
+// the median round is in the middle (a shared host's DRAM bandwidth drifts by +-15% between runs,
+// so one round's ratio is not a figure to report alone).
+template <class RunOne, class Ratio>
+auto sorted_rounds(int repeat, RunOne run_one, Ratio ratio)
+    -> Result<std::vector<std::remove_cvref_t<decltype(*run_one())>>> {
+  std::vector<std::remove_cvref_t<decltype(*run_one())>> rounds;
+  for (int i = 0; i < repeat; ++i) {
+    auto one = run_one();
+    if (!one.ok()) return one.error();
+    rounds.push_back(std::move(one).value());
+  }
+  std::sort(rounds.begin(), rounds.end(),
+            [&](const auto& a, const auto& b) { return ratio(a) < ratio(b); });
+  return rounds;
+}
+
 int run_bench(const BenchOptions& o) {
   if (static_cast<int>(o.gemv) + static_cast<int>(o.moe) +
           static_cast<int>(!o.checkpoint.empty()) !=
@@ -115,28 +133,21 @@ int run_bench(const BenchOptions& o) {
   const size_t min_bytes = static_cast<size_t>(o.min_gib * double(size_t{1} << 30));
   ThreadPool& pool = ThreadPool::global();
   nlohmann::ordered_json j;
-  // --repeat N: N whole rounds (each with its own bandwidth measurements); the round with the
-  // median ratio is reported, with the spread, because this kind of shared host's DRAM bandwidth
-  // drifts by +-15% between runs.
-  auto median_round = [](auto& rounds, auto ratio_of) {
-    std::sort(rounds.begin(), rounds.end(),
-              [&](const auto& a, const auto& b) { return ratio_of(a) < ratio_of(b); });
-    return rounds[rounds.size() / 2];
-  };
   if (o.gemv) {
-    std::vector<dispatch::GemmBenchResult> rounds;
-    for (int i = 0; i < o.repeat; ++i) {
-      auto one =
-          dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool, *precision);
-      if (!one.ok()) {
-        std::fprintf(stderr, "fp4moe bench: %s\n", one.error().message.c_str());
-        return 1;
-      }
-      rounds.push_back(*one);
-    }
     auto ratio = [](const dispatch::GemmBenchResult& g) { return g.bandwidth_ratio; };
-    const dispatch::GemmBenchResult median = median_round(rounds, ratio);
-    const dispatch::GemmBenchResult* r = &median;
+    auto sorted = sorted_rounds(
+        o.repeat,
+        [&] {
+          return dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool,
+                                      *precision);
+        },
+        ratio);
+    if (!sorted.ok()) {
+      std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
+      return 1;
+    }
+    const auto& rounds = *sorted;
+    const dispatch::GemmBenchResult* r = &rounds[rounds.size() / 2];
     j = {{"format", r->format},
          {"isa", r->isa},
          {"kernel", r->kernel},
@@ -172,19 +183,20 @@ int run_bench(const BenchOptions& o) {
       return 0;
     }
   } else {
-    std::vector<moe::MoeBenchResult> rounds;
-    for (int i = 0; i < o.repeat; ++i) {
-      auto one =
-          moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool, *precision);
-      if (!one.ok()) {
-        std::fprintf(stderr, "fp4moe bench: %s\n", one.error().message.c_str());
-        return 1;
-      }
-      rounds.push_back(*one);
-    }
     auto ratio = [](const moe::MoeBenchResult& m) { return m.ratio_to_bound; };
-    const moe::MoeBenchResult median = median_round(rounds, ratio);
-    const moe::MoeBenchResult* r = &median;
+    auto sorted = sorted_rounds(
+        o.repeat,
+        [&] {
+          return moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool,
+                                      *precision);
+        },
+        ratio);
+    if (!sorted.ok()) {
+      std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
+      return 1;
+    }
+    const auto& rounds = *sorted;
+    const moe::MoeBenchResult* r = &rounds[rounds.size() / 2];
     j = r->to_json();
     j["rounds"] = o.repeat;
     j["ratio_to_bound_min"] = ratio(rounds.front());
