@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(cmake g++ clang libclang-rt-14-dev make nlohmann-json3-dev libcli11-dev libfmt-dev
-              libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
+              libgtest-dev libgmock-dev libbenchmark-dev libsimde-dev python3-venv)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

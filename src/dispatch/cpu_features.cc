@@ -35,6 +35,7 @@ CpuFeatures detect() {
     f.avx512bw = (b & bit_AVX512BW) != 0;
     f.avx512vl = (b & bit_AVX512VL) != 0;
     f.avx512dq = (b & bit_AVX512DQ) != 0;
+    f.avx512vnni = (c & bit_AVX512VNNI) != 0;
   }
   return f;
 }
@@ -55,7 +56,11 @@ std::string CpuFeatures::summary() const {
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq");
+  add(avx512vnni, "avx512vnni");
   s += os_zmm ? "; OS saves zmm" : (os_ymm ? "; OS saves ymm only" : "; OS saves no AVX state");
+#ifdef FP4MOE_EMULATE_AVX512
+  s += "; AVX-512 kernels EMULATED by SIMDe (test build)";
+#endif
   return s.empty() ? "no SIMD beyond SSE2" : s;
 }
 
@@ -72,7 +77,18 @@ bool host_supports(kernels::Isa isa) {
     case kernels::Isa::kAvx2:
       return f.avx2 && f.fma && f.f16c && f.os_ymm;
     case kernels::Isa::kAvx512:
+#ifdef FP4MOE_EMULATE_AVX512
+      // Test build: the AVX-512 kernels were compiled for AVX2 against SIMDe (kernels/).
+      return host_supports(kernels::Isa::kAvx2);
+#else
       return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c && f.os_zmm;
+#endif
+    case kernels::Isa::kAvx512Vnni:
+#ifdef FP4MOE_EMULATE_AVX512
+      return host_supports(kernels::Isa::kAvx512);
+#else
+      return f.avx512vnni && host_supports(kernels::Isa::kAvx512);
+#endif
   }
   return false;
 }
@@ -91,7 +107,8 @@ Result<kernels::Isa> parse_isa(std::string_view name) {
   for (kernels::Isa isa : kernels::kAllIsas) {
     if (kernels::isa_name(isa) == name) return isa;
   }
-  return Error{"unknown ISA '" + std::string(name) + "' (expected scalar, avx2 or avx512)"};
+  return Error{"unknown ISA '" + std::string(name) +
+               "' (expected scalar, avx2, avx512 or avx512_vnni)"};
 }
 
 std::optional<kernels::Isa> forced_isa() {

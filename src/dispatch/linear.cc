@@ -42,8 +42,7 @@ QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t m
 void QuantizedActivationBuffer::quantize_rows(const float* x, int64_t ldx, int64_t row0,
                                               int64_t rows, int64_t k, kernels::Isa isa) {
   FP4MOE_CHECK(row0 >= 0 && row0 + rows <= max_rows_ && k <= max_k_ && k % block_ == 0);
-  const kernels::ActivationQuantizerInfo* quantizer = kernels::find_activation_quantizer(isa);
-  if (quantizer == nullptr) quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  const kernels::ActivationQuantizerInfo* quantizer = kernels::best_activation_quantizer(isa);
   const int64_t lds = max_k_ / block_;
   for (int64_t r = row0; r < row0 + rows; ++r) {
     quantizer->fn(x + (r - row0) * ldx, ldx, 1, k, block_, q_.data() + r * max_k_,
@@ -92,36 +91,34 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
     return Error{"ISA " + std::string(kernels::isa_name(chosen)) +
                  " is not supported by this host (" + cpu_features().summary() + ")"};
   }
-  const kernels::KernelInfo* k = kernels::find_kernel(w.format, chosen);
+  // Each family runs its kernel of the highest ISA level at or below the chosen one (types.h):
+  // e.g. the exact family has no avx512_vnni kernel, the W4A8 family no plain avx512 one.
+  auto fell_back = [&why, chosen](std::string_view family, kernels::Isa used) {
+    if (used != chosen) {
+      why += "; no " + std::string(family) + " kernel for " +
+             std::string(kernels::isa_name(chosen)) + ", so " +
+             std::string(kernels::isa_name(used));
+    }
+  };
+  const kernels::KernelInfo* k = kernels::best_kernel(w.format, chosen);
   if (k == nullptr) {
     return Error{"no " + std::string(kernels::weight_format_name(w.format)) + " kernel for ISA " +
                  std::string(kernels::isa_name(chosen))};
   }
   const kernels::W4A8KernelInfo* w4a8 = nullptr;
-  kernels::Isa w4a8_isa = chosen;
   if (precision == Precision::kW4A8) {
-    w4a8 = kernels::find_w4a8_kernel(w.format, chosen);
-    if (w4a8 == nullptr && !isa) {
-      // The W4A8 family has fewer ISAs than the exact one (none for AVX-512 yet): unless the
-      // caller named the ISA, take the best host ISA below the chosen one that has a W4A8 kernel.
-      const std::vector<kernels::Isa> isas = host_isas();  // scalar first, best last
-      for (auto it = isas.rbegin(); it != isas.rend() && w4a8 == nullptr; ++it) {
-        if (*it >= chosen) continue;
-        w4a8 = kernels::find_w4a8_kernel(w.format, *it);
-        if (w4a8 != nullptr) {
-          w4a8_isa = *it;
-          why += "; no W4A8 kernel for " + std::string(kernels::isa_name(chosen)) + ", so " +
-                 std::string(kernels::isa_name(*it));
-        }
-      }
-    }
+    w4a8 = kernels::best_w4a8_kernel(w.format, chosen);
     if (w4a8 == nullptr) {
       return Error{"no W4A8 " + std::string(kernels::weight_format_name(w.format)) +
-                   " kernel for ISA " + std::string(kernels::isa_name(chosen)) +
-                   " (W4A8 covers the FP4 formats)"};
+                   " kernel (W4A8 covers the FP4 formats)"};
     }
+    fell_back("W4A8", w4a8->isa);
+  } else {
+    fell_back("exact", k->isa);
   }
-  return LinearPlan(&w, w4a8_isa, k, w4a8, std::move(why));
+  // The plan's ISA is that of the kernel its products run on.
+  const kernels::Isa used = w4a8 != nullptr ? w4a8->isa : k->isa;
+  return LinearPlan(&w, used, k, w4a8, std::move(why));
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {

@@ -54,9 +54,10 @@ class QuantizedActivationBuffer {
 class LinearPlan {
  public:
   // Chooses the kernel for `w` (which must outlive the plan): `isa` if given, else the forced ISA
-  // (test hook / FP4MOE_ISA), else the best the host supports. An ISA the host lacks, or one the
-  // kernel list has no kernel for, is an Error; a W4A8 plan without a named ISA falls back to the
-  // best host ISA the W4A8 family has (describe() says so).
+  // (test hook / FP4MOE_ISA), else the best the host supports. An ISA the host lacks is an Error.
+  // The ISA levels are nested (kernels/types.h): the plan runs its family's kernel of the highest
+  // level at or below the chosen one, and isa() and describe() say which. W4A8 for FP8 is an
+  // Error (the W4A8 family covers the FP4 formats).
   static Result<LinearPlan> create(const kernels::PackedMatrix& w,
                                    std::optional<kernels::Isa> isa = std::nullopt,
                                    Precision precision = Precision::kExact);

@@ -13,6 +13,8 @@ std::string_view isa_name(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512_vnni";
   }
   return "?";
 }
@@ -82,6 +84,33 @@ const KernelInfo* find_kernel(WeightFormat format, Isa isa) {
     if (k.format == format && k.isa == isa) return &k;
   }
   return nullptr;
+}
+
+namespace {
+// The entry of `list` matching `match` with the highest ISA not above `isa`, or nullptr.
+template <class Info, class Match>
+const Info* best_at_or_below(std::span<const Info> list, Isa isa, Match match) {
+  const Info* best = nullptr;
+  for (const Info& info : list) {
+    if (info.isa <= isa && match(info) && (best == nullptr || info.isa > best->isa)) best = &info;
+  }
+  return best;
+}
+}  // namespace
+
+const KernelInfo* best_kernel(WeightFormat format, Isa isa) {
+  return best_at_or_below(all_kernels(), isa,
+                          [format](const KernelInfo& k) { return k.format == format; });
+}
+
+const W4A8KernelInfo* best_w4a8_kernel(WeightFormat format, Isa isa) {
+  return best_at_or_below(all_w4a8_kernels(), isa,
+                          [format](const W4A8KernelInfo& k) { return k.format == format; });
+}
+
+const ActivationQuantizerInfo* best_activation_quantizer(Isa isa) {
+  return best_at_or_below(all_activation_quantizers(), isa,
+                          [](const ActivationQuantizerInfo&) { return true; });
 }
 
 }  // namespace fp4moe::kernels

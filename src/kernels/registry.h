@@ -39,4 +39,11 @@ struct ActivationQuantizerInfo {
 std::span<const ActivationQuantizerInfo> all_activation_quantizers();
 const ActivationQuantizerInfo* find_activation_quantizer(Isa isa);
 
+// What a host at ISA level `isa` runs (the levels are nested, types.h): the family's kernel of the
+// highest ISA at or below `isa`, or nullptr when the family has none (W4A8 has no FP8 kernel).
+// find_* above are exact lookups, for tests that name a kernel.
+const KernelInfo* best_kernel(WeightFormat format, Isa isa);
+const W4A8KernelInfo* best_w4a8_kernel(WeightFormat format, Isa isa);
+const ActivationQuantizerInfo* best_activation_quantizer(Isa isa);
+
 }  // namespace fp4moe::kernels

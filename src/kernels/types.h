@@ -10,12 +10,15 @@
 namespace fp4moe::kernels {
 
 // Instruction sets with their own kernel files. Each ISA's files are compiled with only its flags.
+// The ISAs are nested levels: a host with one has every earlier one, so a kernel family that has
+// no kernel at a level uses its kernel of the highest level below (registry.h, best_kernel).
 enum class Isa : uint8_t {
-  kScalar,  // portable C++, the fallback on every x86-64 and the SIMD kernels' first oracle
-  kAvx2,    // AVX2 + FMA + F16C (Haswell, Zen 1+)
-  kAvx512,  // AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4+)
+  kScalar,      // portable C++, the fallback on every x86-64 and the SIMD kernels' first oracle
+  kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1+)
+  kAvx512,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4+)
+  kAvx512Vnni,  // AVX-512 above + VNNI's int8 dot product (Cascade Lake, Ice Lake, Zen 4+)
 };
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
 std::string_view isa_name(Isa isa);
 
 // Weight formats the CPU kernels consume (checkpoint variants map onto these in pack/).

@@ -144,7 +144,7 @@ Route route_cpu(Scheme scheme, Role role) {
             fmt::format("fp4moe has no CPU kernel for {}", detect::to_string(scheme))};
   }
   const kernels::Isa isa = dispatch::forced_isa().value_or(dispatch::best_host_isa());
-  const kernels::KernelInfo* kernel = kernels::find_kernel(*format, isa);
+  const kernels::KernelInfo* kernel = kernels::best_kernel(*format, isa);
   if (kernel == nullptr) {
     return {HardwarePath::kNoKernel, "none",
             fmt::format("no {} kernel for ISA {}", kernels::weight_format_name(*format),

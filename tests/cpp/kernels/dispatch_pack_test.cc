@@ -19,13 +19,40 @@ namespace {
 using kernels::Isa;
 using kernels::WeightFormat;
 
-TEST(Dispatch, EveryFormatHasAKernelForEveryIsa) {
+// Every format has an exact kernel of its own at scalar, AVX2 and AVX-512; at every ISA level
+// (avx512_vnni included, which has W4A8 kernels only) best_kernel finds the highest one at or
+// below it. The FP4 formats likewise have a W4A8 kernel at every level, FP8 none at any.
+TEST(Dispatch, EveryFormatHasAKernelAtEveryIsaLevel) {
   for (WeightFormat f : kernels::kAllWeightFormats) {
-    for (Isa isa : kernels::kAllIsas) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       EXPECT_NE(kernels::find_kernel(f, isa), nullptr)
           << kernels::weight_format_name(f) << " " << kernels::isa_name(isa);
     }
+    for (Isa isa : kernels::kAllIsas) {
+      SCOPED_TRACE(std::string(kernels::weight_format_name(f)) + " " +
+                   std::string(kernels::isa_name(isa)));
+      const kernels::KernelInfo* exact = kernels::best_kernel(f, isa);
+      ASSERT_NE(exact, nullptr);
+      EXPECT_LE(exact->isa, isa);
+      for (const kernels::KernelInfo& k : kernels::all_kernels()) {
+        if (k.format == f && k.isa <= isa) {
+          EXPECT_LE(k.isa, exact->isa) << k.name;
+        }
+      }
+      const kernels::W4A8KernelInfo* w4a8 = kernels::best_w4a8_kernel(f, isa);
+      EXPECT_EQ(w4a8 != nullptr, f != WeightFormat::kFp8Block128);
+      if (w4a8 != nullptr) {
+        EXPECT_LE(w4a8->isa, isa);
+      }
+      const kernels::ActivationQuantizerInfo* quantizer = kernels::best_activation_quantizer(isa);
+      ASSERT_NE(quantizer, nullptr);
+      EXPECT_LE(quantizer->isa, isa);
+    }
   }
+  EXPECT_EQ(kernels::best_w4a8_kernel(WeightFormat::kNvfp4, Isa::kAvx512Vnni)->isa,
+            Isa::kAvx512Vnni);
+  EXPECT_EQ(kernels::best_w4a8_kernel(WeightFormat::kNvfp4, Isa::kAvx512)->isa, Isa::kAvx2);
+  EXPECT_EQ(kernels::best_kernel(WeightFormat::kMxfp4, Isa::kAvx512Vnni)->isa, Isa::kAvx512);
 }
 
 TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
@@ -36,7 +63,8 @@ TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
     auto plan = dispatch::LinearPlan::create(w.packed.view());
     if (dispatch::host_supports(isa)) {
       ASSERT_TRUE(plan.ok()) << plan.error().message;
-      EXPECT_EQ(plan->kernel().isa, isa);
+      EXPECT_EQ(plan->kernel().isa, kernels::best_kernel(WeightFormat::kMxfp4, isa)->isa);
+      EXPECT_EQ(plan->isa(), plan->kernel().isa);
       EXPECT_NE(plan->describe().find(plan->kernel().name), std::string::npos);
       EXPECT_NE(plan->describe().find("forced"), std::string::npos) << plan->describe();
     } else {
@@ -48,14 +76,15 @@ TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
   auto best = dispatch::LinearPlan::create(w.packed.view());
   ASSERT_TRUE(best.ok());
   if (!dispatch::forced_isa()) {
-    EXPECT_EQ(best->kernel().isa, dispatch::best_host_isa());
+    EXPECT_EQ(best->kernel().isa,
+              kernels::best_kernel(WeightFormat::kMxfp4, dispatch::best_host_isa())->isa);
   }
 }
 
-// The W4A8 family covers fewer ISAs than the exact one: without a named ISA, a W4A8 plan takes
-// the best host ISA at or below the chosen one that has a W4A8 kernel; a named ISA without one is
-// an Error; FP8 has no W4A8 kernel at all.
-TEST(Dispatch, W4a8PlansFallBackToAnIsaTheFamilyHas) {
+// The W4A8 family covers other ISA levels than the exact one: a W4A8 plan, forced or named, runs
+// the family's kernel of the highest level at or below the chosen one and says so; its exact
+// kernel is chosen the same way; FP8 has no W4A8 kernel at all.
+TEST(Dispatch, W4a8PlansUseTheFamilysBestKernelAtOrBelowTheIsa) {
   std::mt19937 rng(2);
   for (WeightFormat f : {WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
     testing::QuantizedMatrix w = testing::quantize_random(f, 16, 64, rng);
@@ -65,11 +94,18 @@ TEST(Dispatch, W4a8PlansFallBackToAnIsaTheFamilyHas) {
           dispatch::LinearPlan::create(w.packed.view(), std::nullopt, dispatch::Precision::kW4A8);
       ASSERT_TRUE(plan.ok()) << plan.error().message;
       EXPECT_EQ(plan->precision(), dispatch::Precision::kW4A8);
-      EXPECT_NE(kernels::find_w4a8_kernel(f, plan->isa()), nullptr);
-      EXPECT_LE(plan->isa(), isa);
-      EXPECT_EQ(plan->kernel().isa, isa);  // the exact kernel keeps the forced ISA
+      const kernels::W4A8KernelInfo* expected = kernels::best_w4a8_kernel(f, isa);
+      ASSERT_NE(expected, nullptr);
+      EXPECT_EQ(plan->kernel_name(), expected->name);
+      EXPECT_EQ(plan->isa(), expected->isa);
+      EXPECT_EQ(plan->kernel().isa, kernels::best_kernel(f, isa)->isa);
+      if (expected->isa != isa) {
+        EXPECT_NE(plan->describe().find("no W4A8 kernel for"), std::string::npos)
+            << plan->describe();
+      }
       auto named = dispatch::LinearPlan::create(w.packed.view(), isa, dispatch::Precision::kW4A8);
-      EXPECT_EQ(named.ok(), kernels::find_w4a8_kernel(f, isa) != nullptr);
+      ASSERT_TRUE(named.ok()) << named.error().message;
+      EXPECT_EQ(named->kernel_name(), expected->name);
     }
     dispatch::set_forced_isa(std::nullopt);
   }
@@ -134,7 +170,7 @@ TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
       std::vector<float> x(k, 0.0f), y(n, -1.0f);
       x[col] = 1.0f;
       for (Isa isa : dispatch::host_isas()) {
-        kernels::find_kernel(WeightFormat::kMxfp4, isa)
+        kernels::best_kernel(WeightFormat::kMxfp4, isa)
             ->fn(w->view(), x.data(), k, 1, y.data(), n, 0, w->view().n_tiles);
         for (int64_t r = 0; r < n; ++r) {
           ASSERT_EQ(y[r], r == row ? 1.0f : 0.0f)

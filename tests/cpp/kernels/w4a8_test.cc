@@ -274,7 +274,7 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
   testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
   std::vector<float> x = testing::random_activations(m, k, rng);
   x[1 * k + block + 2] = std::numeric_limits<float>::infinity();
-  const auto* quantizer = kernels::find_activation_quantizer(kernel.isa);
+  const auto* quantizer = kernels::best_activation_quantizer(kernel.isa);
   ASSERT_NE(quantizer, nullptr);
   const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
   std::vector<float> y(m * n);

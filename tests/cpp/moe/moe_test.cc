@@ -368,8 +368,7 @@ constexpr double kW4a8MoeRelL2 = 5e-2;
 void check_w4a8_against_reference(const Fixture& fx, int64_t tokens, uint32_t seed,
                                   const std::string& what) {
   for (kernels::Isa isa : dispatch::host_isas()) {
-    // A named ISA must have a W4A8 kernel (the unnamed fallback is tested in dispatch/).
-    if (kernels::find_w4a8_kernel(fx.routed_format, isa) == nullptr) continue;
+    // Every ISA level runs: one without its own W4A8 kernel uses the one below (dispatch/).
     SCOPED_TRACE(what + " W4A8 isa " + std::string(kernels::isa_name(isa)) + " tokens " +
                  std::to_string(tokens) + " seed " + std::to_string(seed));
     std::mt19937 rng(seed + 11);
@@ -414,7 +413,7 @@ TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithExactFp8Shared) {
   ASSERT_TRUE(layer.ok());
   const std::string d = layer->describe();
   EXPECT_NE(d.find("nvfp4_gemm_w4a8"), std::string::npos) << d;
-  EXPECT_NE(d.find("fp8b128_gemm_8r"), std::string::npos) << d;
+  EXPECT_NE(d.find("fp8b128_gemm_"), std::string::npos) << d;
 }
 
 TEST(MoeLayerW4A8, GptOssMxfp4WithBiasesAndSharedExperts) {

@@ -3,17 +3,23 @@
 // AVX-512 flags; dispatch/ calls them only when cpuid and XCR0 (opmask + zmm state) allow.
 //
 // No VNNI / BF16 / VBMI variants: these kernels are W4A16 (the decoded weight times the F32
-// activation, accumulated in F32). VNNI is an int8 dot product (that is the W4A8 kernel's trick,
-// not this one's); vdpbf16ps would round the activations to BF16 (exact only for BF16 inputs) and
-// flushes subnormals; VBMI's 64-entry vpermb buys nothing over pshufb for a 16-entry table.
+// activation, accumulated in F32). VNNI is an int8 dot product: it pays in the W4A8 kernels
+// (cpu/avx512_vnni/), not here; vdpbf16ps would round the activations to BF16 (exact only for BF16
+// inputs) and flushes subnormals; VBMI's 64-entry vpermb buys nothing over pshufb for a 16-entry
+// table.
 #include <immintrin.h>
 
 #include <algorithm>
 
+#include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
 
 namespace fp4moe::kernels {
 namespace {
+
+using avx512::decode_block_scales;
+using avx512::load_pair;
+using avx512::row_mask;
 
 constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
 
@@ -26,33 +32,6 @@ inline __m512i top_byte_ctrl(int j) {
   auto dw = [j](int r) { return static_cast<int>(0x00808080u | (uint32_t(4 * j + r) << 24)); };
   return _mm512_broadcast_i32x4(_mm_setr_epi32(dw(0), dw(1), dw(2), dw(3)));
 }
-
-// 32 bytes of tile t in the low half, 32 bytes of tile t + 1 (or zeros) in the high half.
-inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
-  const __m512i lo =
-      _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-  if (b == nullptr) return lo;
-  return _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-
-// 16 rows' scales; UE4M3 and E8M0 decoded as in the AVX2 kernels.
-template <WeightFormat kFormat>
-inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
-  const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
-  const __m128i hi =
-      b == nullptr ? _mm_setzero_si128() : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
-  const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
-  if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)), _mm512_set1_ps(0x1p120f));
-  } else {
-    // Code 0 is 2^-127, the F32 subnormal 0x00400000 (code << 23 would give 0).
-    const __mmask16 zero_code = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
-    return _mm512_castsi512_ps(
-        _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero_code, _mm512_set1_epi32(0x00400000)));
-  }
-}
-
-inline __mmask16 row_mask(int rows) { return static_cast<__mmask16>((1u << rows) - 1u); }
 
 template <WeightFormat kFormat, int MR>
 inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,

@@ -1,0 +1,48 @@
+// Helpers shared by the AVX-512 kernel files (cpu/avx512/gemm_avx512.cc and
+// cpu/avx512_vnni/w4a8_avx512_vnni.cc): two 8-row tiles side by side in one zmm (16 rows).
+//
+// Internal linkage on purpose: the files that include this are compiled with different ISA flags
+// (AVX-512 with and without VNNI), and one shared out-of-line copy of an inline function could
+// carry one file's instructions into the other's callers.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/types.h"
+
+namespace fp4moe::kernels::avx512 {
+namespace {
+
+// 32 bytes of tile t in the low half, 32 bytes of tile t + 1 (or zeros) in the high half.
+inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
+  const __m512i lo =
+      _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  if (b == nullptr) return lo;
+  return _mm512_inserti64x4(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// 16 rows' block scales as floats (8 codes of tile a, then 8 of tile b or zeros). UE4M3 and E8M0
+// are decoded as in the AVX2 kernels (cpu/avx2/fp4_avx2.h), E8M0 code 0 = 2^-127 included.
+template <WeightFormat kFormat>
+inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
+  const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi =
+      b == nullptr ? _mm_setzero_si128() : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(lo, hi));
+  if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(c, 20)), _mm512_set1_ps(0x1p120f));
+  } else {
+    // Code 0 is 2^-127, the F32 subnormal 0x00400000 (code << 23 would give 0).
+    const __mmask16 zero_code = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
+    return _mm512_castsi512_ps(
+        _mm512_mask_mov_epi32(_mm512_slli_epi32(c, 23), zero_code, _mm512_set1_epi32(0x00400000)));
+  }
+}
+
+// The first `rows` of 16 lanes: a partial last tile must not write past row N.
+inline __mmask16 row_mask(int rows) { return static_cast<__mmask16>((1u << rows) - 1u); }
+
+}  // namespace
+}  // namespace fp4moe::kernels::avx512
