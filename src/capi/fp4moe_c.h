@@ -46,7 +46,8 @@ int fp4moe_transcode_mxfp4_to_nvfp4(size_t count, const uint8_t* const* packed,
 /* y [m, n] = x [m, k] . W^T through the CPU kernels: W in checkpoint layout ("nvfp4": packed
    [n, k/2] + UE4M3 [n, k/16] + tensor_scale; "mxfp4": packed + E8M0 [n, k/32], tensor_scale
    ignored), packed once, then one product. precision: "w4a16" (exact) or "w4a8"; isa: "scalar",
-   "avx2", "avx512" or NULL for the best the host has. Single-threaded. */
+   "avx2", "avx512", "avx512_vnni" (ISA levels: each family runs its best kernel at or below the
+   level) or NULL for the best the host has. Single-threaded. */
 int fp4moe_linear(const char* format, const char* precision, const char* isa, const uint8_t* packed,
                   const uint8_t* scales, float tensor_scale, int64_t n, int64_t k, const float* x,
                   int64_t m, float* y, char* error, size_t error_size);

@@ -32,8 +32,9 @@ class QuantizedActivationBuffer {
   QuantizedActivationBuffer() = default;
   // Room for `max_rows` rows of up to `max_k` activations, quantized per `block`.
   QuantizedActivationBuffer(int64_t max_rows, int64_t max_k, int block);
-  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) into rows 0..m-1 with the `isa`
-  // quantizer, rows split over the pool, and returns the view of row 0.
+  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) into rows 0..m-1 with the best
+  // quantizer at or below ISA level `isa` (all give the same bits), rows split over the pool, and
+  // returns the view of row 0.
   kernels::QuantizedActivations quantize(const float* x, int64_t ldx, int64_t m, int64_t k,
                                          kernels::Isa isa, ThreadPool& pool);
   // The same for rows [row0, row0 + rows) on the calling thread.
@@ -88,8 +89,9 @@ class LinearPlan {
   Precision precision() const { return w4a8_ != nullptr ? Precision::kW4A8 : Precision::kExact; }
   // K elements per activation scale of a W4A8 plan (the weight format's block).
   int activation_block() const { return kernels::weight_format_k_block(w_->format); }
-  // The ISA of the product this plan runs (for a W4A8 plan, the W4A8 kernel's and its
-  // quantizer's; it may be below the exact kernel's when the W4A8 family lacks that ISA).
+  // The ISA of the kernel this plan's product runs: for a W4A8 plan the W4A8 kernel's (it may be
+  // above or below the exact kernel's: avx512_vnni vs avx512, avx2 vs avx512), and the level its
+  // activations are quantized at (the best quantizer at or below it).
   kernels::Isa isa() const { return isa_; }
   std::string_view kernel_name() const { return w4a8_ != nullptr ? w4a8_->name : kernel_->name; }
   const kernels::KernelInfo& kernel() const { return *kernel_; }

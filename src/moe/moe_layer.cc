@@ -138,13 +138,13 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
     FP4MOE_RETURN_IF_ERROR(note(routed_in, e.gate, "routed gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(routed_in, e.up, "routed gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(routed_act, e.down, "routed down products"));
-    layer.isa_ = e.gate.isa();
+    layer.isa_ = std::max(layer.isa_, e.gate.isa());
   }
   for (const Expert& e : layer.shared_) {
     FP4MOE_RETURN_IF_ERROR(note(shared_in, e.gate, "shared gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(shared_in, e.up, "shared gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(shared_act, e.down, "shared down products"));
-    layer.isa_ = e.gate.isa();
+    layer.isa_ = std::max(layer.isa_, e.gate.isa());
   }
 
   const int64_t k = config.router.top_k;

@@ -151,7 +151,11 @@ Route route_cpu(Scheme scheme, Role role) {
                         kernels::isa_name(isa))};
   }
   return {HardwarePath::kCpuSimd, std::string(kernel->name),
-          fmt::format("selected for this host's best ISA ({})", kernels::isa_name(isa))};
+          kernel->isa == isa
+              ? fmt::format("selected for this host's best ISA ({})", kernels::isa_name(isa))
+              : fmt::format("selected for this host's best ISA ({}): the {} kernel, the best at or "
+                            "below it",
+                            kernels::isa_name(isa), kernels::isa_name(kernel->isa))};
 }
 
 double tflops_of(const DeviceFigures& d, HardwarePath path) {

@@ -11,33 +11,42 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
-// Not aliased by SIMDe 0.7.4: zero-extension of a 256-bit vector to 512 bits.
+// What SIMDe 0.7.4~rc2 (Debian 12) lacks, each only where no alias exists (a newer SIMDe wins).
+// Zero-extension of a 256-bit vector to 512 bits.
+#ifndef _mm512_zextsi256_si512
 #define _mm512_zextsi256_si512(a) simde_mm512_inserti64x4(simde_mm512_setzero_si512(), (a), 0)
+#endif
 
-// Not in SIMDe 0.7.4: F16 -> F32 of 16 halves, as two F16C conversions (the host has F16C).
+// F16 -> F32 of 16 halves, as two F16C conversions (the host has F16C).
 static inline simde__m512 fp4moe_emulated_mm512_cvtph_ps(__m256i halves) {
   return simde_mm512_insertf32x8(
       simde_mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(halves))),
       _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1)), 1);
 }
+#ifndef _mm512_cvtph_ps
 #define _mm512_cvtph_ps(a) fp4moe_emulated_mm512_cvtph_ps(a)
+#endif
 
-// Not in SIMDe 0.7.4: zero-extension of 16 bytes to 16 dwords, as two AVX2 conversions.
+// zero-extension of 16 bytes to 16 dwords, as two AVX2 conversions.
 static inline simde__m512i fp4moe_emulated_mm512_cvtepu8_epi32(__m128i bytes) {
   return simde_mm512_inserti64x4(simde_mm512_castsi256_si512(_mm256_cvtepu8_epi32(bytes)),
                                  _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)), 1);
 }
+#ifndef _mm512_cvtepu8_epi32
 #define _mm512_cvtepu8_epi32(a) fp4moe_emulated_mm512_cvtepu8_epi32(a)
+#endif
 
-// Not in SIMDe 0.7.4: int32 -> F32 conversion, as two AVX conversions.
+// int32 -> F32 conversion, as two AVX conversions.
 static inline simde__m512 fp4moe_emulated_mm512_cvtepi32_ps(simde__m512i v) {
   return simde_mm512_insertf32x8(
       simde_mm512_castps256_ps512(_mm256_cvtepi32_ps(simde_mm512_extracti64x4_epi64(v, 0))),
       _mm256_cvtepi32_ps(simde_mm512_extracti64x4_epi64(v, 1)), 1);
 }
+#ifndef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(a) fp4moe_emulated_mm512_cvtepi32_ps(a)
+#endif
 
-// Not in SIMDe 0.7.4: masked unaligned store of F32 lanes (lanes whose bit is clear untouched).
+// masked unaligned store of F32 lanes (lanes whose bit is clear untouched).
 static inline void fp4moe_emulated_mm512_mask_storeu_ps(void* dst, simde__mmask16 mask,
                                                         simde__m512 v) {
   float lanes[16];
@@ -46,4 +55,6 @@ static inline void fp4moe_emulated_mm512_mask_storeu_ps(void* dst, simde__mmask1
     if ((mask >> i) & 1) __builtin_memcpy(static_cast<char*>(dst) + 4 * i, &lanes[i], 4);
   }
 }
+#ifndef _mm512_mask_storeu_ps
 #define _mm512_mask_storeu_ps(p, k, a) fp4moe_emulated_mm512_mask_storeu_ps((p), (k), (a))
+#endif

@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/types.h"
@@ -43,6 +44,38 @@ inline __m512 decode_block_scales(const uint8_t* a, const uint8_t* b) {
 
 // The first `rows` of 16 lanes: a partial last tile must not write past row N.
 inline __mmask16 row_mask(int rows) { return static_cast<__mmask16>((1u << rows) - 1u); }
+
+// FP4 tiles t and t + 1 of `w`, run as one 16-row pair; the second is absent (nullptr) when t is
+// the last tile of the range. `rows` counts the real rows of the pair (the last tile of N may be
+// partial), `y` points at row t * 8 of an output row.
+struct Fp4TilePair {
+  const uint8_t* codes_a;
+  const uint8_t* codes_b;
+  const uint8_t* scales_a;
+  const uint8_t* scales_b;
+  int rows;
+  int64_t first_row;
+
+  // Chunk bytes at offset `off` within each tile, and block `b`'s 8 scale codes of each tile.
+  const uint8_t* b_codes(int64_t off) const { return codes_b == nullptr ? nullptr : codes_b + off; }
+  const uint8_t* b_scales(int64_t b) const {
+    return scales_b == nullptr ? nullptr : scales_b + b * kTileRows;
+  }
+};
+
+inline Fp4TilePair fp4_tile_pair(const PackedMatrix& w, int64_t t, int64_t tile_end) {
+  const int64_t k_blocks = w.k / weight_format_k_block(w.format);
+  const bool pair = t + 1 < tile_end;
+  Fp4TilePair p;
+  p.codes_a = w.codes + t * w.chunks * kChunkBytes;
+  p.codes_b = pair ? p.codes_a + w.chunks * kChunkBytes : nullptr;
+  p.scales_a = w.block_scales + t * k_blocks * kTileRows;
+  p.scales_b = pair ? p.scales_a + k_blocks * kTileRows : nullptr;
+  p.rows =
+      static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
+  p.first_row = t * kTileRows;
+  return p;
+}
 
 }  // namespace
 }  // namespace fp4moe::kernels::avx512

@@ -18,6 +18,7 @@ namespace fp4moe::kernels {
 namespace {
 
 using avx512::decode_block_scales;
+using avx512::Fp4TilePair;
 using avx512::load_pair;
 using avx512::row_mask;
 
@@ -34,9 +35,8 @@ inline __m512i top_byte_ctrl(int j) {
 }
 
 template <WeightFormat kFormat, int MR>
-inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
-                     const uint8_t* scales_a, const uint8_t* scales_b, const float* x, int64_t ldx,
-                     float* y, int64_t ldy, int rows) {
+inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x, int64_t ldx,
+                     float* y, int64_t ldy) {
   // 32 zmm registers: 4 independent FMA chains per token at every MR (see gemm_avx2.cc).
   constexpr int kChains = 4;
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
@@ -53,7 +53,7 @@ inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
     }
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const int64_t off = (b * kChunksPerBlock + c) * kChunkBytes;
-      const __m512i v = load_pair(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off);
+      const __m512i v = load_pair(p.codes_a + off, p.b_codes(off));
       const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
       const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
       const float* xk = x + (b * kChunksPerBlock + c) * kFp4ChunkK;
@@ -66,8 +66,7 @@ inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
         }
       }
     }
-    const __m512 scale = decode_block_scales<kFormat>(
-        scales_a + b * kTileRows, scales_b == nullptr ? nullptr : scales_b + b * kTileRows);
+    const __m512 scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
     for (int i = 0; i < MR; ++i) {
       __m512 sum = block[i][0];
       for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, block[i][c]);
@@ -76,40 +75,27 @@ inline void fp4_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t
   }
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * kFp4DecodeFactor);
   for (int i = 0; i < MR; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, row_mask(rows), _mm512_mul_ps(total[i], out_scale));
+    _mm512_mask_storeu_ps(y + i * ldy, row_mask(p.rows), _mm512_mul_ps(total[i], out_scale));
   }
 }
 
 template <WeightFormat kFormat>
 void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                      int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
   for (int64_t t = tile_begin; t < tile_end; t += 2) {
-    const bool pair = t + 1 < tile_end;
-    const uint8_t* tile_a = w.codes + t * w.chunks * kChunkBytes;
-    const uint8_t* tile_b = pair ? tile_a + w.chunks * kChunkBytes : nullptr;
-    const uint8_t* scales_a = w.block_scales + t * k_blocks * kTileRows;
-    const uint8_t* scales_b = pair ? scales_a + k_blocks * kTileRows : nullptr;
-    const int rows =
-        static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
-    float* yt = y + t * kTileRows;
+    const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
+    float* yt = y + p.first_row;
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-      fp4_pair<kFormat, 4>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
-                           ldy, rows);
-    }
+    for (; i + 4 <= m; i += 4) fp4_pair<kFormat, 4>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
     switch (m - i) {
       case 3:
-        fp4_pair<kFormat, 3>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
-                             ldy, rows);
+        fp4_pair<kFormat, 3>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
         break;
       case 2:
-        fp4_pair<kFormat, 2>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
-                             ldy, rows);
+        fp4_pair<kFormat, 2>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
         break;
       case 1:
-        fp4_pair<kFormat, 1>(w, tile_a, tile_b, scales_a, scales_b, x + i * ldx, ldx, yt + i * ldy,
-                             ldy, rows);
+        fp4_pair<kFormat, 1>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
         break;
       default:
         break;

@@ -25,6 +25,7 @@ namespace {
 #define FP4MOE_UNROLL _Pragma("GCC unroll 16")
 
 using avx512::decode_block_scales;
+using avx512::Fp4TilePair;
 using avx512::load_pair;
 using avx512::row_mask;
 
@@ -91,6 +92,21 @@ template <int kN>
   }
 }
 
+// Block b of a tile pair: its codes decoded and its 16 rows' weight scales.
+template <WeightFormat kFormat>
+struct PairBlock {
+  DecodedPair<kChunks<kFormat>> codes;
+  __m512 w_scale;
+};
+
+template <WeightFormat kFormat>
+[[gnu::always_inline]] inline void decode_pair_block(const Fp4TilePair& p, int64_t b,
+                                                     PairBlock<kFormat>& out) {
+  const int64_t off = b * kChunks<kFormat> * kChunkBytes;
+  decode_pair(p.codes_a + off, p.b_codes(off), out.codes);
+  out.w_scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
+}
+
 // sum(u * q) over the block per row, int32 (|.| <= 32 * 24 * 128, no overflow): two independent
 // vpdpbusd chains (low and high nibble halves) for latency.
 template <int kN>
@@ -114,31 +130,27 @@ inline __m512 accumulate_block(__m512i sum, int32_t q_sum, __m512 w_scale, float
 
 // MR tokens (from token i0) against one tile pair over all of K, totals in registers.
 template <WeightFormat kFormat, int MR>
-inline void w4a8_pair(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
-                      const uint8_t* scales_a, const uint8_t* scales_b,
-                      const QuantizedActivations& x, int64_t i0, float* y, int64_t ldy, int rows) {
-  constexpr int kN = kChunks<kFormat>;
+inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const QuantizedActivations& x,
+                      int64_t i0, float* y, int64_t ldy) {
   const int64_t k_blocks = w.k / kBlock<kFormat>;
   __m512 total[MR];
   FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
-    const int64_t off = b * kN * kChunkBytes;
-    DecodedPair<kN> d;
-    decode_pair(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off, d);
-    const __m512 w_scale = decode_block_scales<kFormat>(
-        scales_a + b * kTileRows, scales_b == nullptr ? nullptr : scales_b + b * kTileRows);
+    PairBlock<kFormat> blk;
+    decode_pair_block(p, b, blk);
     FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       const int64_t s = (i0 + i) * x.lds + b;
-      total[i] = accumulate_block(block_dot(d, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
-                                  x.sums[s], w_scale, x.scales[s], total[i]);
+      total[i] =
+          accumulate_block(block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
+                           x.sums[s], blk.w_scale, x.scales[s], total[i]);
     }
   }
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
   FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) {
-    _mm512_mask_storeu_ps(y + (i0 + i) * ldy, row_mask(rows), _mm512_mul_ps(total[i], out_scale));
+    _mm512_mask_storeu_ps(y + (i0 + i) * ldy, row_mask(p.rows), _mm512_mul_ps(total[i], out_scale));
   }
 }
 
@@ -149,11 +161,8 @@ constexpr int64_t kManyTokens = 64;
 constexpr int64_t kManyTokensMin = 8;
 
 template <WeightFormat kFormat>
-inline void w4a8_pair_many(const PackedMatrix& w, const uint8_t* tile_a, const uint8_t* tile_b,
-                           const uint8_t* scales_a, const uint8_t* scales_b,
-                           const QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
-                           int rows) {
-  constexpr int kN = kChunks<kFormat>;
+inline void w4a8_pair_many(const PackedMatrix& w, const Fp4TilePair& p,
+                           const QuantizedActivations& x, int64_t m, float* y, int64_t ldy) {
   constexpr int kRows = 2 * kTileRows;
   const int64_t k_blocks = w.k / kBlock<kFormat>;
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
@@ -162,21 +171,18 @@ inline void w4a8_pair_many(const PackedMatrix& w, const uint8_t* tile_a, const u
     const int64_t mb = std::min(kManyTokens, m - i0);
     for (int64_t i = 0; i < mb; ++i) _mm512_store_ps(totals + i * kRows, _mm512_setzero_ps());
     for (int64_t b = 0; b < k_blocks; ++b) {
-      const int64_t off = b * kN * kChunkBytes;
-      DecodedPair<kN> d;
-      decode_pair(tile_a + off, tile_b == nullptr ? nullptr : tile_b + off, d);
-      const __m512 w_scale = decode_block_scales<kFormat>(
-          scales_a + b * kTileRows, scales_b == nullptr ? nullptr : scales_b + b * kTileRows);
+      PairBlock<kFormat> blk;
+      decode_pair_block(p, b, blk);
       for (int64_t i = 0; i < mb; ++i) {
         const int64_t s = (i0 + i) * x.lds + b;
         float* tot = totals + i * kRows;
-        _mm512_store_ps(tot,
-                        accumulate_block(block_dot(d, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
-                                         x.sums[s], w_scale, x.scales[s], _mm512_load_ps(tot)));
+        _mm512_store_ps(tot, accumulate_block(
+                                 block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
+                                 x.sums[s], blk.w_scale, x.scales[s], _mm512_load_ps(tot)));
       }
     }
     for (int64_t i = 0; i < mb; ++i) {
-      _mm512_mask_storeu_ps(y + (i0 + i) * ldy, row_mask(rows),
+      _mm512_mask_storeu_ps(y + (i0 + i) * ldy, row_mask(p.rows),
                             _mm512_mul_ps(_mm512_load_ps(totals + i * kRows), out_scale));
     }
   }
@@ -185,33 +191,24 @@ inline void w4a8_pair_many(const PackedMatrix& w, const uint8_t* tile_a, const u
 template <WeightFormat kFormat>
 void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
                            float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  const int64_t k_blocks = w.k / kBlock<kFormat>;
   for (int64_t t = tile_begin; t < tile_end; t += 2) {
-    const bool pair = t + 1 < tile_end;
-    const uint8_t* tile_a = w.codes + t * w.chunks * kChunkBytes;
-    const uint8_t* tile_b = pair ? tile_a + w.chunks * kChunkBytes : nullptr;
-    const uint8_t* scales_a = w.block_scales + t * k_blocks * kTileRows;
-    const uint8_t* scales_b = pair ? scales_a + k_blocks * kTileRows : nullptr;
-    const int rows =
-        static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
-    float* yt = y + t * kTileRows;
+    const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
+    float* yt = y + p.first_row;
     if (m >= kManyTokensMin) {
-      w4a8_pair_many<kFormat>(w, tile_a, tile_b, scales_a, scales_b, x, m, yt, ldy, rows);
+      w4a8_pair_many<kFormat>(w, p, x, m, yt, ldy);
       continue;
     }
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-      w4a8_pair<kFormat, 4>(w, tile_a, tile_b, scales_a, scales_b, x, i, yt, ldy, rows);
-    }
+    for (; i + 4 <= m; i += 4) w4a8_pair<kFormat, 4>(w, p, x, i, yt, ldy);
     switch (m - i) {
       case 3:
-        w4a8_pair<kFormat, 3>(w, tile_a, tile_b, scales_a, scales_b, x, i, yt, ldy, rows);
+        w4a8_pair<kFormat, 3>(w, p, x, i, yt, ldy);
         break;
       case 2:
-        w4a8_pair<kFormat, 2>(w, tile_a, tile_b, scales_a, scales_b, x, i, yt, ldy, rows);
+        w4a8_pair<kFormat, 2>(w, p, x, i, yt, ldy);
         break;
       case 1:
-        w4a8_pair<kFormat, 1>(w, tile_a, tile_b, scales_a, scales_b, x, i, yt, ldy, rows);
+        w4a8_pair<kFormat, 1>(w, p, x, i, yt, ldy);
         break;
       default:
         break;
