@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The kernel and MoE tests again with the AVX-512 and AVX-512 VNNI kernels run through SIMDe's
 # portable AVX-512 (preset "avx512-emulated"), so hosts without AVX-512 still test those kernels'
-# logic: bit-exactness against the scalar kernels, the FP64 oracles, the MoE reference. On a host
-# with AVX-512 the release build's ctest has already run them natively. Says nothing about speed.
+# logic: bit-exactness against the scalar kernels, the FP64 oracles, the MoE reference. The build
+# is under ASan+UBSan, so every kernel's loads and stores (SIMDe's emulated ones and the host's
+# native AVX2 ones) are also bounds-checked. On a host with AVX-512 the release build's ctest has
+# already run them natively. Says nothing about speed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
