@@ -40,13 +40,13 @@ QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t m
 }
 
 void QuantizedActivationBuffer::quantize_rows(const float* x, int64_t ldx, int64_t row0,
-                                              int64_t rows, int64_t k, kernels::Isa isa) {
+                                              int64_t rows, int64_t k,
+                                              kernels::QuantizeActivationsFn quantizer) {
   FP4MOE_CHECK(row0 >= 0 && row0 + rows <= max_rows_ && k <= max_k_ && k % block_ == 0);
-  const kernels::ActivationQuantizerInfo* quantizer = kernels::best_activation_quantizer(isa);
   const int64_t lds = max_k_ / block_;
   for (int64_t r = row0; r < row0 + rows; ++r) {
-    quantizer->fn(x + (r - row0) * ldx, ldx, 1, k, block_, q_.data() + r * max_k_,
-                  scales_.data() + r * lds, sums_.data() + r * lds);
+    quantizer(x + (r - row0) * ldx, ldx, 1, k, block_, q_.data() + r * max_k_,
+              scales_.data() + r * lds, sums_.data() + r * lds);
   }
 }
 
@@ -56,15 +56,14 @@ kernels::QuantizedActivations QuantizedActivationBuffer::view(int64_t row0) cons
                                        sums_.data() + row0 * lds, max_k_, lds};
 }
 
-kernels::QuantizedActivations QuantizedActivationBuffer::quantize(const float* x, int64_t ldx,
-                                                                  int64_t m, int64_t k,
-                                                                  kernels::Isa isa,
-                                                                  ThreadPool& pool) {
+kernels::QuantizedActivations QuantizedActivationBuffer::quantize(
+    const float* x, int64_t ldx, int64_t m, int64_t k, kernels::QuantizeActivationsFn quantizer,
+    ThreadPool& pool) {
   // A few tasks per thread; a single row is one task (cheap next to its product).
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(m, int64_t{pool.size()} * 2));
   pool.run(tasks, [&](int64_t task, int) {
     const int64_t r0 = m * task / tasks, r1 = m * (task + 1) / tasks;
-    quantize_rows(x + r0 * ldx, ldx, r0, r1 - r0, k, isa);
+    quantize_rows(x + r0 * ldx, ldx, r0, r1 - r0, k, quantizer);
   });
   return view(0);
 }
@@ -135,7 +134,7 @@ void LinearPlan::run_w4a8(const kernels::QuantizedActivations& x, int64_t m, flo
 void LinearPlan::run_quantizing(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
                                 QuantizedActivationBuffer& buffer, ThreadPool& pool) const {
   FP4MOE_CHECK(buffer.block() == activation_block());
-  run_w4a8(buffer.quantize(x, ldx, m, w_->k, isa_, pool), m, y, ldy, pool);
+  run_w4a8(buffer.quantize(x, ldx, m, w_->k, activation_quantizer(), pool), m, y, ldy, pool);
 }
 
 void LinearPlan::run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,

@@ -32,14 +32,15 @@ class QuantizedActivationBuffer {
   QuantizedActivationBuffer() = default;
   // Room for `max_rows` rows of up to `max_k` activations, quantized per `block`.
   QuantizedActivationBuffer(int64_t max_rows, int64_t max_k, int block);
-  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) into rows 0..m-1 with the best
-  // quantizer at or below ISA level `isa` (all give the same bits), rows split over the pool, and
-  // returns the view of row 0.
+  // Quantizes x [m, k] (row stride ldx; k a multiple of the block) into rows 0..m-1 with
+  // `quantizer` (resolved once by the caller, e.g. LinearPlan::activation_quantizer(); every ISA's
+  // gives the same bits), rows split over the pool, and returns the view of row 0.
   kernels::QuantizedActivations quantize(const float* x, int64_t ldx, int64_t m, int64_t k,
-                                         kernels::Isa isa, ThreadPool& pool);
+                                         kernels::QuantizeActivationsFn quantizer,
+                                         ThreadPool& pool);
   // The same for rows [row0, row0 + rows) on the calling thread.
   void quantize_rows(const float* x, int64_t ldx, int64_t row0, int64_t rows, int64_t k,
-                     kernels::Isa isa);
+                     kernels::QuantizeActivationsFn quantizer);
   // The view a kernel reads, starting at `row0`.
   kernels::QuantizedActivations view(int64_t row0) const;
   int block() const { return block_; }
@@ -93,6 +94,9 @@ class LinearPlan {
   // above or below the exact kernel's: avx512_vnni vs avx512, avx2 vs avx512), and the level its
   // activations are quantized at (the best quantizer at or below it).
   kernels::Isa isa() const { return isa_; }
+  // A W4A8 plan's activation quantizer: the best at or below isa(), resolved once here (nullptr
+  // for an exact plan).
+  kernels::QuantizeActivationsFn activation_quantizer() const { return quantizer_; }
   std::string_view kernel_name() const { return w4a8_ != nullptr ? w4a8_->name : kernel_->name; }
   const kernels::KernelInfo& kernel() const { return *kernel_; }
   const kernels::PackedMatrix& weights() const { return *w_; }
@@ -102,11 +106,17 @@ class LinearPlan {
  private:
   LinearPlan(const kernels::PackedMatrix* w, kernels::Isa isa, const kernels::KernelInfo* k,
              const kernels::W4A8KernelInfo* w4a8, std::string why)
-      : w_(w), isa_(isa), kernel_(k), w4a8_(w4a8), why_(std::move(why)) {}
+      : w_(w),
+        isa_(isa),
+        kernel_(k),
+        w4a8_(w4a8),
+        quantizer_(w4a8 != nullptr ? kernels::best_activation_quantizer(isa)->fn : nullptr),
+        why_(std::move(why)) {}
   const kernels::PackedMatrix* w_;
   kernels::Isa isa_;
   const kernels::KernelInfo* kernel_;    // the exact kernel (every plan has one)
   const kernels::W4A8KernelInfo* w4a8_;  // set for W4A8 plans
+  kernels::QuantizeActivationsFn quantizer_;
   std::string why_;
 };
 

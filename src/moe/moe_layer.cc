@@ -123,8 +123,10 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
     bool any = false;
   };
   Role routed_in, routed_act, shared_in, shared_act;
-  auto note = [](Role& role, const dispatch::LinearPlan& p, const char* what) -> Status {
+  auto note = [&layer](Role& role, const dispatch::LinearPlan& p, const char* what) -> Status {
     if (p.precision() != dispatch::Precision::kW4A8) return Status::Ok();
+    // Any W4A8 plan's quantizer serves every role: all give the same bits.
+    if (layer.quantizer_ == nullptr) layer.quantizer_ = p.activation_quantizer();
     if (role.any && role.block != p.activation_block()) {
       return moe_error(std::string("W4A8 needs one FP4 format across the ") + what +
                        " (activation blocks " + std::to_string(role.block) + " and " +
@@ -138,13 +140,11 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
     FP4MOE_RETURN_IF_ERROR(note(routed_in, e.gate, "routed gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(routed_in, e.up, "routed gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(routed_act, e.down, "routed down products"));
-    layer.isa_ = std::max(layer.isa_, e.gate.isa());
   }
   for (const Expert& e : layer.shared_) {
     FP4MOE_RETURN_IF_ERROR(note(shared_in, e.gate, "shared gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(shared_in, e.up, "shared gate/up products"));
     FP4MOE_RETURN_IF_ERROR(note(shared_act, e.down, "shared down products"));
-    layer.isa_ = std::max(layer.isa_, e.gate.isa());
   }
 
   const int64_t k = config.router.top_k;
@@ -256,8 +256,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
 
   // W4A8: the gathered inputs (and the tokens, for the shared experts) quantized once, for gate
   // and up alike.
-  if (routed_in_w4a8_) routed_in_q_.quantize(xg_.data(), h, slots, h, isa_, pool);
-  if (shared_in_w4a8_) shared_in_q_.quantize(x, h, tokens, h, isa_, pool);
+  if (routed_in_w4a8_) routed_in_q_.quantize(xg_.data(), h, slots, h, quantizer_, pool);
+  if (shared_in_w4a8_) shared_in_q_.quantize(x, h, tokens, h, quantizer_, pool);
 
   // Phase 1: gate and up products of every active expert and every shared expert.
   last_bytes_ = 0;
@@ -297,7 +297,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
       apply_gated_activation(config_.routed_activation, g, up_.data() + r * max_inter_, ex.inter,
                              ex.w.gate_bias, ex.w.up_bias);
       if (ex.down.precision() == dispatch::Precision::kW4A8) {
-        routed_act_q_.quantize_rows(g, max_inter_, r, 1, ex.inter, isa_);
+        routed_act_q_.quantize_rows(g, max_inter_, r, 1, ex.inter, quantizer_);
       }
       return;
     }
@@ -309,7 +309,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     const float* u = shared_up_.data() + off * tokens + t * ex.inter;
     apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias, ex.w.up_bias);
     if (ex.down.precision() == dispatch::Precision::kW4A8) {
-      shared_act_q_.quantize_rows(g, ex.inter, s * max_tokens_ + t, 1, ex.inter, isa_);
+      shared_act_q_.quantize_rows(g, ex.inter, s * max_tokens_ + t, 1, ex.inter, quantizer_);
     }
   });
 

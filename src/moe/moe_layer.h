@@ -111,9 +111,9 @@ class MoeLayer {
   // for the shared experts, and the gated activations feeding the routed / shared down products.
   dispatch::QuantizedActivationBuffer routed_in_q_, shared_in_q_, routed_act_q_, shared_act_q_;
   bool routed_in_w4a8_ = false, shared_in_w4a8_ = false;
-  // The quantizers' ISA level: the highest of the plans' (every quantizer gives the same bits; the
-  // level only picks the fastest one this host runs, dispatch::best_activation_quantizer).
-  kernels::Isa isa_ = kernels::Isa::kScalar;
+  // The activation quantizer of the W4A8 plans, resolved once at create (nullptr when none is
+  // W4A8).
+  kernels::QuantizeActivationsFn quantizer_ = nullptr;
   size_t last_bytes_ = 0;
 };
 
