@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
 namespace {
@@ -193,23 +194,10 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
       fp4_tile_panel<kFormat>(w, tile, scales, x, ldx, m, yt, ldy, rows);
       continue;
     }
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-      fp4_tile<kFormat, 4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-    }
-    switch (m - i) {
-      case 3:
-        fp4_tile<kFormat, 3>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 2:
-        fp4_tile<kFormat, 2>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 1:
-        fp4_tile<kFormat, 1>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      fp4_tile<kFormat, decltype(mr)::value>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy,
+                                             rows);
+    });
   }
 }
 
@@ -302,22 +290,9 @@ void fp8b128_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, in
     const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4)
-      fp8_tile<4>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-    switch (m - i) {
-      case 3:
-        fp8_tile<3>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 2:
-        fp8_tile<2>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 1:
-        fp8_tile<1>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      fp8_tile<decltype(mr)::value>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
+    });
   }
 }
 

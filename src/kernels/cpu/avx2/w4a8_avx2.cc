@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
 namespace {
@@ -223,21 +224,9 @@ void w4a8_gemm_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_
     }
     // Four tokens share one decode of each block (NVFP4: 4 decoded vectors + 4 totals stay in
     // registers; MXFP4's 8 + 4 + constants spill a few constants to memory operands).
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) w4a8_tile<kFormat, 4>(w, tile, scales, x, i, yt, ldy, rows);
-    switch (m - i) {
-      case 3:
-        w4a8_tile<kFormat, 3>(w, tile, scales, x, i, yt, ldy, rows);
-        break;
-      case 2:
-        w4a8_tile<kFormat, 2>(w, tile, scales, x, i, yt, ldy, rows);
-        break;
-      case 1:
-        w4a8_tile<kFormat, 1>(w, tile, scales, x, i, yt, ldy, rows);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      w4a8_tile<kFormat, decltype(mr)::value>(w, tile, scales, x, i, yt, ldy, rows);
+    });
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
 namespace {
@@ -85,21 +86,9 @@ void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t
   for (int64_t t = tile_begin; t < tile_end; t += 2) {
     const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
     float* yt = y + p.first_row;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) fp4_pair<kFormat, 4>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
-    switch (m - i) {
-      case 3:
-        fp4_pair<kFormat, 3>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
-        break;
-      case 2:
-        fp4_pair<kFormat, 2>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
-        break;
-      case 1:
-        fp4_pair<kFormat, 1>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      fp4_pair<kFormat, decltype(mr)::value>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
+    });
   }
 }
 
@@ -194,23 +183,10 @@ void fp8b128_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx,
     const int rows =
         static_cast<int>(std::min<int64_t>(pair ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-      fp8_pair<4>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-    }
-    switch (m - i) {
-      case 3:
-        fp8_pair<3>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 2:
-        fp8_pair<2>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      case 1:
-        fp8_pair<1>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      fp8_pair<decltype(mr)::value>(w, tile_a, tile_b, scales, x + i * ldx, ldx, yt + i * ldy, ldy,
+                                    rows);
+    });
     t += pair ? 2 : 1;
   }
 }

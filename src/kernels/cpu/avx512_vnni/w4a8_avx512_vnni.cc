@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
 namespace {
@@ -198,21 +199,9 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
       w4a8_pair_many<kFormat>(w, p, x, m, yt, ldy);
       continue;
     }
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) w4a8_pair<kFormat, 4>(w, p, x, i, yt, ldy);
-    switch (m - i) {
-      case 3:
-        w4a8_pair<kFormat, 3>(w, p, x, i, yt, ldy);
-        break;
-      case 2:
-        w4a8_pair<kFormat, 2>(w, p, x, i, yt, ldy);
-        break;
-      case 1:
-        w4a8_pair<kFormat, 1>(w, p, x, i, yt, ldy);
-        break;
-      default:
-        break;
-    }
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      w4a8_pair<kFormat, decltype(mr)::value>(w, p, x, i, yt, ldy);
+    });
   }
 }
 
