@@ -247,9 +247,9 @@ void check_against_reference(const Fixture& fx, int64_t tokens, uint32_t seed,
 constexpr int64_t kHidden = 64;
 constexpr int64_t kInter = 32;
 
-TEST(MoeLayer, DeepSeekV4SqrtSoftplusBiasClampSharedFp8) {
-  const uint32_t seed = 401;
-  std::mt19937 rng(seed);
+// DeepSeek-V4-Flash in miniature: sqrtsoftplus top-3 of 8, renormalized and scaled by 1.5,
+// SwiGLU clamped at 10, NVFP4 routed experts and one FP8 block-128 shared expert.
+Fixture deepseek_v4_fixture(std::mt19937& rng) {
   Fixture fx;
   fx.config.hidden = kHidden;
   fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f,
@@ -259,6 +259,13 @@ TEST(MoeLayer, DeepSeekV4SqrtSoftplusBiasClampSharedFp8) {
   fx.routed_format = WeightFormat::kNvfp4;
   fx.shared_format = WeightFormat::kFp8Block128;
   build(fx, 1, kInter, rng);
+  return fx;
+}
+
+TEST(MoeLayer, DeepSeekV4SqrtSoftplusBiasClampSharedFp8) {
+  const uint32_t seed = 401;
+  std::mt19937 rng(seed);
+  Fixture fx = deepseek_v4_fixture(rng);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   fx.correction_bias.resize(8);
   for (float& b : fx.correction_bias) b = normal(rng);
@@ -399,15 +406,7 @@ void check_w4a8_against_reference(const Fixture& fx, int64_t tokens, uint32_t se
 TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithExactFp8Shared) {
   const uint32_t seed = 481;
   std::mt19937 rng(seed);
-  Fixture fx;
-  fx.config.hidden = kHidden;
-  fx.config.router = {8, 3, ScoringFunc::kSqrtSoftplus, WeightRule::kScoresAtSelected, true, 1.5f,
-                      1, 1};
-  fx.config.routed_activation = {GatedActivation::kSwiGlu, 10.0f, 1.702f};
-  fx.config.shared_activation = fx.config.routed_activation;
-  fx.routed_format = WeightFormat::kNvfp4;
-  fx.shared_format = WeightFormat::kFp8Block128;
-  build(fx, 1, kInter, rng);
+  const Fixture fx = deepseek_v4_fixture(rng);
   for (int64_t t : {1, 4, 17}) check_w4a8_against_reference(fx, t, seed, "deepseek-v4");
   // FP4 products run the W4A8 kernels; the FP8 shared expert stays exact.
   auto layer = make_layer(fx, 4, dispatch::best_host_isa(), dispatch::Precision::kW4A8);
