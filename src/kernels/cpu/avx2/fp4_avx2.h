@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -40,6 +41,22 @@ inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<uintptr_t>(off)), _MM_HINT_T0);
   }
+}
+
+// FP4 tile t of w: its codes, its block scales, and how many of its 8 rows are real (the last
+// tile of N may be partial).
+struct Fp4Tile {
+  const uint8_t* codes;
+  const uint8_t* scales;
+  int rows;
+};
+inline int tile_rows(const PackedMatrix& w, int64_t t) {
+  return static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+}
+inline Fp4Tile fp4_tile_at(const PackedMatrix& w, int64_t t) {
+  const int64_t k_blocks = w.k / weight_format_k_block(w.format);
+  return {w.codes + t * w.chunks * kChunkBytes, w.block_scales + t * k_blocks * kTileRows,
+          tile_rows(w, t)};
 }
 
 // Stores the first `rows` lanes of v (a partial last tile must not write past row N).

@@ -184,11 +184,12 @@ void fp4_tile_panel(const PackedMatrix& w, const uint8_t* tile, const uint8_t* s
 template <WeightFormat kFormat>
 void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                    int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
-    const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
-    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+    // Not a structured binding: the token lambdas below capture these (clang < 16 cannot).
+    const avx2::Fp4Tile at = avx2::fp4_tile_at(w, t);
+    const uint8_t* tile = at.codes;
+    const uint8_t* scales = at.scales;
+    const int rows = at.rows;
     float* yt = y + t * kTileRows;
     if (m >= kPanelMinTokens) {
       fp4_tile_panel<kFormat>(w, tile, scales, x, ldx, m, yt, ldy, rows);

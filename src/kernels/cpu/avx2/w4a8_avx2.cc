@@ -203,17 +203,17 @@ inline void w4a8_tiles_many(const PackedMatrix& w, const uint8_t* tile, const ui
 template <WeightFormat kFormat>
 void w4a8_gemm_avx2(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
                     int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  const int64_t k_blocks = w.k / weight_format_k_block(kFormat);
   for (int64_t t = tile_begin; t < tile_end; ++t) {
-    const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
-    const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
-    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+    // Not a structured binding: the token lambdas below capture these (clang < 16 cannot).
+    const avx2::Fp4Tile at = avx2::fp4_tile_at(w, t);
+    const uint8_t* tile = at.codes;
+    const uint8_t* scales = at.scales;
+    const int rows = at.rows;
     float* yt = y + t * kTileRows;
     if (m >= kManyTokensMin) {
       // NVFP4: tiles in pairs (the last one alone); MXFP4: one at a time.
       if (kFormat == WeightFormat::kNvfp4 && t + 1 < tile_end) {
-        const int pair_rows[2] = {
-            rows, static_cast<int>(std::min<int64_t>(kTileRows, w.n - (t + 1) * kTileRows))};
+        const int pair_rows[2] = {rows, avx2::tile_rows(w, t + 1)};
         w4a8_tiles_many<kFormat, 2>(w, tile, scales, x, m, yt, ldy, pair_rows);
         ++t;  // the pair's second tile is done too
       } else {
