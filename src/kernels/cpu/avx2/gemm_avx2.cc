@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -147,12 +146,6 @@ inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ld
   for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + i * kTileRows, a[i]);
 }
 
-template <int... kMr>
-inline void panel_fma_tail(int mr, const float* panel, int64_t kc, const float* x, int64_t ldx,
-                           float* acc, std::integer_sequence<int, kMr...>) {
-  ((mr == kMr + 1 ? panel_fma<kMr + 1>(panel, kc, x, ldx, acc) : void()), ...);
-}
-
 template <WeightFormat kFormat>
 void fp4_tile_panel(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
                     const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int rows) {
@@ -165,14 +158,10 @@ void fp4_tile_panel(const PackedMatrix& w, const uint8_t* tile, const uint8_t* s
     for (int64_t k0 = 0; k0 < w.k; k0 += kPanelK) {
       const int64_t kc = std::min(kPanelK, w.k - k0);
       decode_panel<kFormat>(tile, scales, k0, kc, panel);
-      int64_t i = 0;
-      for (; i + kPanelMr <= mb; i += kPanelMr) {
-        panel_fma<kPanelMr>(panel, kc, x + (m0 + i) * ldx + k0, ldx, acc + i * kTileRows);
-      }
-      if (i < mb) {
-        panel_fma_tail(static_cast<int>(mb - i), panel, kc, x + (m0 + i) * ldx + k0, ldx,
-                       acc + i * kTileRows, std::make_integer_sequence<int, kPanelMr - 1>{});
-      }
+      for_token_groups<kPanelMr>(mb, [&](auto mr, int64_t i) {
+        panel_fma<decltype(mr)::value>(panel, kc, x + (m0 + i) * ldx + k0, ldx,
+                                       acc + i * kTileRows);
+      });
     }
     for (int64_t i = 0; i < mb; ++i) {
       store_rows(y + (m0 + i) * ldy, _mm256_mul_ps(_mm256_load_ps(acc + i * kTileRows), out_scale),
