@@ -2,6 +2,7 @@
 #include "checkpoint/writer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <unordered_set>
@@ -31,18 +33,25 @@ Status write_all(int fd, const void* data, size_t n, const std::string& what) {
   while (n > 0) {
     const ssize_t put = ::write(fd, p, n);
     if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return Error{what + ": write failed: " + errno_text()};
+    if (put < 0) return Error{what + ": write failed: " + errno_text(), ErrorKind::kFailed};
     p += put;
     n -= static_cast<size_t>(put);
   }
   return Status::Ok();
 }
 
+// Files are created 0666 and directories 0777, less the umask (the kernel applies it to open();
+// mkdtemp's 0700 is widened explicitly), as cp, tar and Python's writers do.
+constexpr mode_t kFileMode = 0666;
+constexpr mode_t kDirMode = 0777;
+
 Status write_file(const fs::path& path, std::string_view content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Error{path.string() + ": cannot create: " + errno_text()};
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+  if (fd < 0) return Error{path.string() + ": cannot create: " + errno_text(), ErrorKind::kFailed};
   Status st = write_all(fd, content.data(), content.size(), path.string());
-  if (st.ok() && ::fsync(fd) != 0) st = Error{path.string() + ": fsync failed: " + errno_text()};
+  if (st.ok() && ::fsync(fd) != 0) {
+    st = Error{path.string() + ": fsync failed: " + errno_text(), ErrorKind::kFailed};
+  }
   ::close(fd);
   return st;
 }
@@ -54,6 +63,40 @@ Status fsync_dir(const fs::path& dir) {
   ::close(fd);
   if (rc != 0) return Error{dir.string() + ": fsync failed: " + errno_text()};
   return Status::Ok();
+}
+
+constexpr std::string_view kPartialInfix = ".partial-";
+
+// `.<name>.partial-XXXXXX`: the temporary directory of a writer (mkdtemp's six characters).
+bool is_partial_name(const std::string& name) {
+  const auto pos = name.rfind(kPartialInfix);
+  return name.size() > 1 && name[0] == '.' && pos != std::string::npos && pos > 1 &&
+         name.size() == pos + kPartialInfix.size() + 6;
+}
+
+// Locks a writer's temporary directory for the writer's lifetime (flock on the directory): a
+// killed writer's lock goes with its process, which is how find_stale_partials tells a stale
+// directory from one being written by another process. Returns the descriptor, or -1.
+int lock_directory(const fs::path& dir, bool wait) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  if (::flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Bytes a tree takes on disk (allocated blocks; a sparse file counts what it really uses).
+uint64_t allocated_tree_bytes(const fs::path& root) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
 }
 
 struct Shard {
@@ -77,15 +120,27 @@ struct CheckpointWriter::Impl {
   int fd = -1;      // the open shard
   size_t open_shard = SIZE_MAX;
   uint64_t shard_end = 0;  // final size of the open shard file
+  int lock_fd = -1;  // flock on tmp while this writer lives
   bool finished = false;
   bool failed = false;  // a write failed: the output is unusable
 
-  ~Impl() {
+  ~Impl() { (void)discard(); }
+
+  void unlock() {
+    if (lock_fd >= 0) ::close(lock_fd);
+    lock_fd = -1;
+  }
+
+  Status discard() {
     if (fd >= 0) ::close(fd);
+    fd = -1;
+    Status st;
     if (!finished && !tmp.empty()) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
+      st = remove_tree(tmp, options.on_remove_progress);
+      tmp.clear();
     }
+    unlock();
+    return st;
   }
 
   std::string shard_label(size_t s) const { return (tmp / shards[s].name).string(); }
@@ -135,9 +190,9 @@ struct CheckpointWriter::Impl {
     // Holes left by write_hole at the end of the shard exist only once the size is set.
     Status st;
     if (::ftruncate(fd, static_cast<off_t>(shard_end)) != 0) {
-      st = Error{label + ": ftruncate failed: " + errno_text()};
+      st = Error{label + ": ftruncate failed: " + errno_text(), ErrorKind::kFailed};
     } else if (::fsync(fd) != 0) {
-      st = Error{label + ": fsync failed: " + errno_text()};
+      st = Error{label + ": fsync failed: " + errno_text(), ErrorKind::kFailed};
     }
     ::close(fd);
     fd = -1;
@@ -147,8 +202,10 @@ struct CheckpointWriter::Impl {
   Status start_shard(size_t s) {
     FP4MOE_RETURN_IF_ERROR(close_shard());
     const fs::path path = tmp / shards[s].name;
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Error{path.string() + ": cannot create: " + errno_text()};
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kFileMode);
+    if (fd < 0) {
+      return Error{path.string() + ": cannot create: " + errno_text(), ErrorKind::kFailed};
+    }
     open_shard = s;
     const std::string json = header_json(shards[s]);
     unsigned char prefix[8];
@@ -237,7 +294,8 @@ Result<CheckpointWriter> CheckpointWriter::create(const fs::path& dest_in,
   }
 
   // The destination.
-  if (fs::symlink_status(dest, ec).type() != fs::file_type::not_found) {
+  if (!options.replace_existing &&
+      fs::symlink_status(dest, ec).type() != fs::file_type::not_found) {
     return Error{label + ": destination already exists"};
   }
   const fs::path parent = dest.parent_path();
@@ -296,6 +354,12 @@ Result<CheckpointWriter> CheckpointWriter::create(const fs::path& dest_in,
                  errno_text()};
   }
   impl->tmp = templ;
+  impl->lock_fd = lock_directory(impl->tmp, /*wait=*/false);
+  if (impl->lock_fd < 0 || ::chmod(templ.c_str(), kDirMode & ~process_umask()) != 0) {
+    return Error{templ + ": cannot lock or set the mode of the temporary directory: " +
+                     errno_text(),
+                 ErrorKind::kFailed};
+  }
   return CheckpointWriter(std::move(impl));
 }
 
@@ -341,7 +405,8 @@ Status CheckpointWriter::write_hole(std::string_view name) {
   if (::lseek(impl_->fd, static_cast<off_t>(size), SEEK_CUR) < 0) {
     impl_->failed = true;
     return Error{impl_->shard_label(impl_->open_shard) + ": tensor " + in_quotes(name) +
-                 ": seek failed: " + errno_text()};
+                     ": seek failed: " + errno_text(),
+                 ErrorKind::kFailed};
   }
   ++impl_->next;
   return Status::Ok();
@@ -371,29 +436,149 @@ Status CheckpointWriter::finish() {
         write_file(w.tmp / "model.safetensors.index.json", index.dump(2) + "\n"));
   }
 
-  std::error_code ec;
   if (w.options.source_dir) {
     for (const fs::path& file : list_side_files(*w.options.source_dir)) {
       const std::string name = file.filename().string();
       if (w.options.files.count(name)) continue;  // replaced below
-      if (!fs::copy_file(file, w.tmp / name, ec)) {
-        return Error{file.string() + ": cannot copy to " + (w.tmp / name).string() + ": " +
-                     ec.message()};
+      // Read and written, not fs::copy_file: the copy gets the output's mode (0666 less the
+      // umask, not the source file's) and is synced like every other output file.
+      std::ifstream in(file, std::ios::binary);
+      std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) {
+        return Error{file.string() + ": cannot read to copy it", ErrorKind::kFailed};
       }
+      FP4MOE_RETURN_IF_ERROR(write_file(w.tmp / name, content));
     }
   }
   for (const auto& [name, content] : w.options.files) {
     FP4MOE_RETURN_IF_ERROR(write_file(w.tmp / name, content));
   }
   FP4MOE_RETURN_IF_ERROR(fsync_dir(w.tmp));
-  if (fs::symlink_status(w.dest, ec).type() != fs::file_type::not_found) {
+  if (w.options.check_before_publish) FP4MOE_RETURN_IF_ERROR(w.options.check_before_publish(w.tmp));
+
+  // Publish. RENAME_NOREPLACE: a destination that appeared meanwhile (an empty directory would
+  // otherwise be silently replaced by rename(2)) is never overwritten. With replace_existing, one
+  // RENAME_EXCHANGE swaps old and new; the old checkpoint then sits at the temporary path and is
+  // removed after the swap is durable.
+  std::error_code ec;
+  const bool exists = fs::symlink_status(w.dest, ec).type() != fs::file_type::not_found;
+  if (exists && !w.options.replace_existing) {
     return Error{label + ": destination appeared while writing; nothing was renamed into place"};
   }
-  if (::rename(w.tmp.c_str(), w.dest.c_str()) != 0) {
-    return Error{label + ": cannot rename " + w.tmp.string() + " into place: " + errno_text()};
+  const unsigned flags = exists ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+  if (::renameat2(AT_FDCWD, w.tmp.c_str(), AT_FDCWD, w.dest.c_str(), flags) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) {
+      return Error{label + ": cannot rename " + w.tmp.string() + " into place: " + errno_text(),
+                   ErrorKind::kFailed};
+    }
+    // A file system without renameat2 flags: move the old destination aside (to a fresh name in
+    // the same directory), rename the new one in, and move the old one back if that fails.
+    fs::path aside;
+    if (exists) {
+      std::string templ = (w.dest.parent_path() /
+                           ("." + w.dest.filename().string() + ".partial-XXXXXX"))
+                              .string();
+      if (::mkdtemp(templ.data()) == nullptr || ::rmdir(templ.c_str()) != 0 ||
+          ::rename(w.dest.c_str(), templ.c_str()) != 0) {
+        return Error{label + ": cannot move the old destination aside: " + errno_text(),
+                     ErrorKind::kFailed};
+      }
+      aside = templ;
+    }
+    if (::rename(w.tmp.c_str(), w.dest.c_str()) != 0) {
+      const std::string why = errno_text();
+      if (!aside.empty()) (void)::rename(aside.c_str(), w.dest.c_str());
+      return Error{label + ": cannot rename " + w.tmp.string() + " into place: " + why,
+                   ErrorKind::kFailed};
+    }
+    if (!aside.empty()) w.tmp = aside;
+  } else if (!exists) {
+    w.tmp.clear();
   }
   w.finished = true;
-  return fsync_dir(w.dest.parent_path());
+  w.unlock();
+  Status synced = fsync_dir(w.dest.parent_path());
+  if (exists && !w.tmp.empty()) {
+    // The old destination. A failure to remove it leaves a stale partial directory, which the
+    // next convert into this parent reports (find_stale_partials); the new checkpoint stands.
+    (void)remove_tree(w.tmp, w.options.on_remove_progress);
+  }
+  w.tmp.clear();
+  return synced;
+}
+
+Status CheckpointWriter::discard() { return impl_->discard(); }
+
+std::vector<PartialDir> find_stale_partials(const fs::path& parent) {
+  std::vector<PartialDir> stale;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::end(it); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!is_partial_name(name)) continue;
+    if (fs::symlink_status(it->path(), ec).type() != fs::file_type::directory) continue;
+    const int fd = lock_directory(it->path(), /*wait=*/false);
+    if (fd < 0) continue;  // a live writer holds it
+    ::close(fd);
+    stale.push_back({it->path(), allocated_tree_bytes(it->path())});
+  }
+  std::sort(stale.begin(), stale.end(),
+            [](const PartialDir& a, const PartialDir& b) { return a.path < b.path; });
+  return stale;
+}
+
+Status remove_tree(const fs::path& root, const RemoveProgressFn& progress) {
+  constexpr uint64_t kStep = uint64_t{1} << 30;
+  std::error_code ec;
+  if (fs::symlink_status(root, ec).type() != fs::file_type::directory) {
+    if (!fs::remove(root, ec) && ec) {
+      return Error{root.string() + ": cannot remove: " + ec.message(), ErrorKind::kFailed};
+    }
+    return Status::Ok();
+  }
+  const uint64_t total = progress ? allocated_tree_bytes(root) : 0;
+  uint64_t removed = 0;
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->symlink_status(ec).type() != fs::file_type::directory) files.push_back(it->path());
+  }
+  for (const fs::path& file : files) {
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) != 0) continue;
+    uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+    if (S_ISREG(st.st_mode) && allocated > kStep) {
+      // Large files shrink in steps, so a multi-GB removal reports progress as it goes.
+      const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      for (off_t size = st.st_size; fd >= 0 && size > 0;) {
+        size = size > static_cast<off_t>(kStep) ? size - static_cast<off_t>(kStep) : 0;
+        if (::ftruncate(fd, size) != 0) break;
+        struct stat now {};
+        if (::fstat(fd, &now) != 0) break;
+        const uint64_t left = static_cast<uint64_t>(now.st_blocks) * 512;
+        removed += allocated - std::min(allocated, left);
+        allocated = std::min(allocated, left);
+        if (progress) progress(removed, total);
+      }
+      if (fd >= 0) ::close(fd);
+    }
+    ::unlink(file.c_str());
+    removed += allocated;
+    if (progress) progress(removed, total);
+  }
+  fs::remove_all(root, ec);
+  if (ec) return Error{root.string() + ": cannot remove: " + ec.message(), ErrorKind::kFailed};
+  return Status::Ok();
+}
+
+unsigned process_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) return static_cast<unsigned>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  const mode_t mask = ::umask(0);  // no /proc: read by setting and restoring (racy, rare)
+  ::umask(mask);
+  return static_cast<unsigned>(mask);
 }
 
 const std::vector<std::string>& CheckpointWriter::shard_names() const { return impl_->shard_names; }

@@ -4,9 +4,12 @@
 // tensor by tensor in that order. Knowing the plan lets each shard's exact header be written before
 // its data, so tensors stream straight to disk: nothing is buffered beyond one chunk and nothing is
 // copied twice. Everything is written into a temporary directory next to the destination
-// (`.<name>.partial-XXXXXX`, same file system) and renamed into place by finish(); a writer
-// destroyed before finish() removes it. One shard is written as model.safetensors; more as
-// model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
+// (`.<name>.partial-XXXXXX`, same file system, locked with flock while its writer lives) and
+// renamed into place by finish(); a writer destroyed before finish() removes it. A destination
+// that exists is replaced only when asked (WriterOptions::replace_existing), by an atomic swap after
+// everything succeeded, so an existing destination is never lost. Output modes follow the umask
+// like mkdir and creat: directories 0777, files 0666, less the umask. One shard is written as
+// model.safetensors; more as model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +35,9 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// Progress of removing a directory tree: bytes removed so far, bytes in all (allocated on disk).
+using RemoveProgressFn = std::function<void(uint64_t removed, uint64_t total)>;
+
 struct WriterOptions {
   // A shard is closed before a tensor that would take its data past this size; a tensor larger
   // than the limit gets a shard of its own. Hugging Face's default is 5 GB.
@@ -46,7 +52,34 @@ struct WriterOptions {
   std::map<std::string, std::string> files;
   // Bytes handed to a fill callback per call.
   size_t chunk_bytes = 8u << 20;
+  // The destination may exist: finish() swaps the new checkpoint in with one atomic
+  // renameat2(RENAME_EXCHANGE) (two renames where the file system lacks it) and only then removes
+  // the old one, so at every moment the destination holds the old or the new checkpoint, whole.
+  bool replace_existing = false;
+  // Called by finish() on the complete temporary directory, after every file is written and
+  // synced and before anything is renamed; an error leaves the destination as it was.
+  std::function<Status(const std::filesystem::path& staged)> check_before_publish;
+  // Progress of removing the temporary directory (a failed or abandoned write) or a replaced
+  // destination; called after each file and every 1 GiB of a large one.
+  RemoveProgressFn on_remove_progress;
 };
+
+// A writer's temporary directory left by an earlier run that was killed (no live writer holds its
+// lock): its path and the bytes it takes on disk.
+struct PartialDir {
+  std::filesystem::path path;
+  uint64_t bytes = 0;
+};
+
+// The stale temporary directories (`.<name>.partial-XXXXXX`, unlocked) directly in `parent`.
+std::vector<PartialDir> find_stale_partials(const std::filesystem::path& parent);
+
+// Removes a directory tree without following symlinks, file by file (files over 1 GiB are
+// truncated in 1 GiB steps first, so progress keeps moving on slow file systems).
+Status remove_tree(const std::filesystem::path& path, const RemoveProgressFn& progress = {});
+
+// The process umask, read without changing it (/proc/self/status; umask(2) as a fallback).
+unsigned process_umask();
 
 class CheckpointWriter {
  public:
@@ -64,6 +97,10 @@ class CheckpointWriter {
   CheckpointWriter& operator=(CheckpointWriter&&) noexcept;
   ~CheckpointWriter();  // removes the temporary directory unless finish() succeeded
 
+  // Removes the temporary directory now (reporting progress through on_remove_progress); the
+  // writer is unusable afterwards. The destination is untouched.
+  Status discard();
+
   // Writes the next tensor of the plan; `name` must be that tensor, `bytes` its exact size.
   Status write(std::string_view name, std::span<const std::byte> bytes);
   // Same, the bytes produced chunk by chunk by `fill`.
@@ -72,7 +109,8 @@ class CheckpointWriter {
   Status write_hole(std::string_view name);
 
   // Requires every planned tensor written. Closes and syncs shards, writes the index, copies and
-  // writes the side files, renames the temporary directory to the destination.
+  // writes the side files, runs check_before_publish, then renames the temporary directory to the
+  // destination (or swaps it with the existing one and removes that, with replace_existing).
   Status finish();
 
   // Shard file names in order, and which shard each planned tensor goes to.

@@ -7,23 +7,134 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <thread>
 
+#include "checkpoint/writer.h"
 #include "cli/command.h"
 #include "convert/convert.h"
 
 namespace fp4moe::cli {
 namespace {
 
+// SIGINT / SIGTERM: the first one says at once what happens next (write(2) is async-signal-safe)
+// and asks the conversion to stop; it then removes its partial output and exits 128 + signal.
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+std::atomic<int> g_signal{0};
+extern "C" void on_interrupt(int sig) {
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, sig)) {
+    static const char kMessage[] =
+        "\nfp4moe convert: interrupted, removing partial output (the destination is left as it "
+        "was)...\n";
+    [[maybe_unused]] const auto n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  }
+  g_interrupted.store(true);
+}
+
+// Installs the handlers for the conversion and restores the previous ones on exit.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~InterruptScope() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+
+ private:
+  struct sigaction previous_int_ {}, previous_term_ {};
+};
 
 struct ConvertArgs {
   std::string source, destination, to = "nvfp4";
   std::vector<std::string> modules;
-  bool force = false, json = false;
+  bool force = false, json = false, clean_partial = false;
   double max_shard_gb = 5.0;
 };
+
+// The exit-code table: 0 ok, 1 the conversion failed (I/O, output check), 2 bad input or usage,
+// 128 + signal when interrupted (130 SIGINT, 143 SIGTERM).
+int exit_status(const Error& e) {
+  switch (e.kind) {
+    case ErrorKind::kBadInput:
+      return 2;
+    case ErrorKind::kFailed:
+      return 1;
+    case ErrorKind::kInterrupted:
+      return 128 + (g_signal.load() != 0 ? g_signal.load() : SIGINT);
+  }
+  return 1;
+}
+
+// Removal of partial output or of a replaced destination: silent when it is quick, a progress
+// line (once a second) once it has taken more than a second.
+class RemovalPrinter {
+ public:
+  explicit RemovalPrinter(std::string what) : what_(std::move(what)) {}
+  void operator()(uint64_t removed, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) {
+      started_ = true;
+      start_ = last_ = now;
+      return;
+    }
+    if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    fmt::print(stderr, "fp4moe convert: removing {}: {:.2f} of {:.2f} GB\n", what_, removed / 1e9,
+               total / 1e9);
+  }
+
+ private:
+  std::string what_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+// Test hook: FP4MOE_TEST_PAUSE_AFTER_TENSORS=N stops after N source tensors, says so on stderr
+// and waits for SIGINT/SIGTERM/SIGKILL, so tests interrupt at a known point without timing.
+void maybe_pause(const convert::ConvertProgress& p) {
+  static const long pause_after = [] {
+    const char* env = std::getenv("FP4MOE_TEST_PAUSE_AFTER_TENSORS");
+    return env != nullptr ? std::strtol(env, nullptr, 10) : -1L;
+  }();
+  if (pause_after < 0 || static_cast<long>(p.tensors_done) != pause_after) return;
+  fmt::print(stderr, "fp4moe convert: paused after {} tensors (FP4MOE_TEST_PAUSE_AFTER_TENSORS)\n",
+             p.tensors_done);
+  std::fflush(stderr);
+  while (!g_interrupted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+// Partial output of earlier runs that were killed (SIGKILL, power loss) in the destination's
+// parent: reported with its size, removed with --clean-partial.
+void handle_stale_partials(const std::string& destination, bool clean) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dest = fs::absolute(destination, ec).lexically_normal();
+  if (!dest.has_filename()) dest = dest.parent_path();
+  for (const auto& partial : checkpoint::find_stale_partials(dest.parent_path())) {
+    if (clean) {
+      RemovalPrinter printer("stale partial output " + partial.path.string());
+      const Status st = checkpoint::remove_tree(
+          partial.path, [&printer](uint64_t r, uint64_t t) { printer(r, t); });
+      fmt::print(stderr, "fp4moe convert: {} stale partial output {} ({:.2f} GB){}\n",
+                 st.ok() ? "removed" : "could not remove", partial.path.string(),
+                 partial.bytes / 1e9, st.ok() ? "" : ": " + st.error().message);
+    } else {
+      fmt::print(stderr,
+                 "fp4moe convert: note: {} ({:.2f} GB on disk) is partial output of an earlier "
+                 "run that did not finish; pass --clean-partial to remove it\n",
+                 partial.path.string(), partial.bytes / 1e9);
+    }
+  }
+}
 
 std::string eta_text(double seconds) {
   return seconds < 0 ? std::string("--") : fmt::format("{:.0f} s", seconds);
@@ -72,15 +183,18 @@ int run_convert(const ConvertArgs& args) {
   options.max_shard_bytes = static_cast<uint64_t>(args.max_shard_gb * 1e9);
   options.cancel = &g_interrupted;
   ProgressPrinter printer;
-  options.on_progress = [&printer](const convert::ConvertProgress& p) { printer(p); };
-  auto previous = std::signal(SIGINT, on_interrupt);
-  auto previous_term = std::signal(SIGTERM, on_interrupt);
+  options.on_progress = [&printer](const convert::ConvertProgress& p) {
+    printer(p);
+    maybe_pause(p);
+  };
+  RemovalPrinter removal("partial output");
+  options.on_remove_progress = [&removal](uint64_t r, uint64_t t) { removal(r, t); };
+  InterruptScope interrupts;
+  handle_stale_partials(args.destination, args.clean_partial);
   auto result = convert::convert_checkpoint(args.source, args.destination, options);
-  std::signal(SIGINT, previous);
-  std::signal(SIGTERM, previous_term);
   if (!result.ok()) {
     fmt::print(stderr, "fp4moe convert: {}\n", result.error().message);
-    return 1;
+    return exit_status(result.error());
   }
   const auto& s = *result;
   const auto& r = s.report;
@@ -138,6 +252,10 @@ int run_convert(const ConvertArgs& args) {
 const CommandRegistrar kConvert{
     {"convert", "Convert a checkpoint's modules to NVFP4 (MXFP4 losslessly) or to MXFP4",
      [](CLI::App& app) {
+       app.footer(
+           "Exit status: 0 converted, 1 the conversion failed (I/O error, output check), 2 bad "
+           "input or usage, 130/143 interrupted (SIGINT/SIGTERM; partial output removed, the "
+           "destination left as it was).");
        auto args = std::make_shared<ConvertArgs>();
        app.add_option("SRC", args->source, "source checkpoint directory (never modified)")
            ->required();
@@ -146,7 +264,11 @@ const CommandRegistrar kConvert{
        app.add_option("--to", args->to, "target format")->check(CLI::IsMember({"nvfp4", "mxfp4"}));
        app.add_option("--modules", args->modules,
                       "module globs to convert (default: routed experts, layers.*.ffn.experts.*)");
-       app.add_flag("--force", args->force, "replace an existing destination");
+       app.add_flag("--force", args->force,
+                    "replace an existing destination checkpoint (swapped out only once the new one "
+                    "is complete and checked)");
+       app.add_flag("--clean-partial", args->clean_partial,
+                    "remove partial output that earlier killed runs left beside DST");
        app.add_option("--max-shard-gb", args->max_shard_gb, "shard size of the output");
        app.add_flag("--json", args->json, "print the report as JSON");
        return [args] { return run_convert(*args); };

@@ -453,7 +453,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   if (!fs::is_directory(source, ec)) {
     return Error{source.string() + ": not a checkpoint directory (missing or not a directory)"};
   }
-  if (fs::exists(destination, ec)) {
+  const auto dest_type = fs::symlink_status(destination, ec).type();
+  if (dest_type != fs::file_type::not_found) {
     if (!options.force) {
       return Error{destination.string() + ": destination exists; pass --force to replace it"};
     }
@@ -463,6 +464,18 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       return Error{destination.string() +
                    ": refusing to replace a destination that is or holds the source " +
                    source.string()};
+    }
+    // --force replaces a checkpoint, never an arbitrary directory or file named by mistake.
+    bool checkpoint_like = dest_type == fs::file_type::directory && fs::is_empty(destination, ec);
+    for (auto it = fs::directory_iterator(destination, ec);
+         dest_type == fs::file_type::directory && !ec && it != fs::end(it); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      checkpoint_like = checkpoint_like || name == "config.json" || ends_with(name, ".safetensors");
+    }
+    if (!checkpoint_like) {
+      return Error{destination.string() +
+                   ": refusing to replace it with --force: not an empty directory or a checkpoint "
+                   "(no config.json or *.safetensors in it)"};
     }
   }
   // Conversion rewrites the configs from what they claim: a source whose configs contradict its
@@ -486,6 +499,15 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   checkpoint::WriterOptions writer_options;
   writer_options.max_shard_bytes = options.max_shard_bytes;
   writer_options.source_dir = source;
+  writer_options.replace_existing = options.force;
+  writer_options.on_remove_progress = options.on_remove_progress;
+  const auto interrupted = [&] {
+    return Error{destination.string() +
+                     ": interrupted; the partial output was removed and the destination left as "
+                     "it was",
+                 ErrorKind::kInterrupted};
+  };
+  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
   if (to_nvfp4) {
     std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(*dir, modules);
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
@@ -520,7 +542,28 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       plan.push_back({name, t.info->dtype, t.info->shape});
     }
   }
-  if (options.force && fs::exists(destination, ec)) fs::remove_all(destination, ec);
+  // The output check, on the complete output before it is renamed into place: it opens as a
+  // checkpoint with exactly the planned tensors, and inspect finds no error in it.
+  writer_options.check_before_publish = [&](const fs::path& staged) -> Status {
+    if (cancelled()) return interrupted();
+    const auto failed = [&](const std::string& why) {
+      return Error{destination.string() + ": output check failed, nothing was renamed into place: " +
+                       why,
+                   ErrorKind::kFailed};
+    };
+    auto out = CheckpointDir::open(staged);
+    if (!out.ok()) return failed(out.error().message);
+    if (out->tensors().size() != plan.size()) {
+      return failed(std::to_string(out->tensors().size()) + " tensors written, " +
+                    std::to_string(plan.size()) + " planned");
+    }
+    auto manifest = detect::detect_directory(staged);
+    if (!manifest.ok()) return failed(manifest.error().message);
+    for (const auto& f : manifest->manifest.findings) {
+      if (f.severity == detect::Severity::kError) return failed("[" + f.code + "] " + f.message);
+    }
+    return Status::Ok();
+  };
   auto writer = checkpoint::CheckpointWriter::create(destination, plan, writer_options);
   if (!writer.ok()) return writer.error();
 
@@ -533,8 +576,9 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   ConvertProgress progress{0, dir->total_tensor_bytes(), 0, dir->tensors().size()};
   const std::string scale_name = to_nvfp4 ? ".weight_scale" : ".scale";
   for (const auto& t : dir->tensors()) {
-    if (options.cancel != nullptr && options.cancel->load()) {
-      return Error{destination.string() + ": interrupted; nothing was written"};
+    if (cancelled()) {
+      (void)writer->discard();  // removed now, with progress, before the error is reported
+      return interrupted();
     }
     const std::string& name = t.info->name;
     if (auto it = module_of_weight.find(name); it != module_of_weight.end()) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/writer.h"
 #include "core/status.h"
 #include "formats/transcode.h"
 
@@ -35,10 +36,17 @@ enum class TargetFormat { kNvfp4, kMxfp4 };
 struct ConvertOptions {
   TargetFormat to = TargetFormat::kNvfp4;
   std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
-  bool force = false;  // replace an existing destination
+  // Replace an existing destination: it must be a checkpoint directory (config.json or
+  // *.safetensors) or empty, and it is swapped out atomically only after the new one is complete
+  // and checked, so a failed or interrupted run leaves it exactly as it was.
+  bool force = false;
   uint64_t max_shard_bytes = 5'000'000'000;
   std::function<void(const ConvertProgress&)> on_progress;  // after each source tensor
-  const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT) to stop; nothing is left
+  // Set (e.g. by SIGINT) to stop: the partial output is removed, the destination left as it was,
+  // and the error is ErrorKind::kInterrupted.
+  const std::atomic<bool>* cancel = nullptr;
+  // Progress of removing partial output (after an error or cancel) or a replaced destination.
+  checkpoint::RemoveProgressFn on_remove_progress;
 };
 
 struct ConvertSummary {
@@ -59,7 +67,10 @@ struct ConvertSummary {
 // NVFP4 output uses ModelOpt's tensor names (weight U8, weight_scale F8_E4M3 per 16,
 // weight_scale_2 F32); w1/w3 (gate/up) of one expert share one weight_scale_2. MXFP4 output uses
 // DeepSeek-V4's (weight I8, scale F8_E8M0 per 32). The source's own scale tensors are dropped.
-// Errors name the module and reason; on any error or cancel the destination does not exist.
+// Errors name the module and reason. On any error or cancel nothing is left: the destination is
+// as it was before (absent, or with `force` the old checkpoint, untouched), no partial directory
+// remains. The output is opened and inspected before it is renamed into place (an error finding
+// of inspect on the output is an ErrorKind::kFailed error).
 Result<ConvertSummary> convert_checkpoint(const std::filesystem::path& source,
                                           const std::filesystem::path& destination,
                                           const ConvertOptions& options);

@@ -10,8 +10,17 @@
 
 namespace fp4moe {
 
+// What kind of failure an Error is, for the exit-code table of the CLI (0 ok, 1 a check or the
+// operation failed, 2 bad input, 130/143 interrupted). Most errors are bad input.
+enum class ErrorKind {
+  kBadInput,     // the input (a file, a tensor, an option) is wrong: exit status 2
+  kFailed,       // the input was fine but the operation failed (I/O, an output check): 1
+  kInterrupted,  // stopped on request (SIGINT/SIGTERM): 128 + the signal
+};
+
 struct Error {
   std::string message;  // complete and human-readable: "<file>: tensor '<name>': <reason>"
+  ErrorKind kind = ErrorKind::kBadInput;
 };
 
 // A value or an Error. Deliberately small: std::expected is C++23.

@@ -1,6 +1,8 @@
 // Tests of CheckpointWriter and the sparse fixtures: round trips, sharding, safety, scale.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -188,6 +190,148 @@ TEST(CheckpointWriter, EnforcesPlanOrderSizesAndCleansUp) {
   }
   // The abandoned writer removed its temporary directory and published nothing.
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// A one-tensor checkpoint whose single byte is `value`, written with `options`.
+Status write_one(const std::filesystem::path& dest, char value, WriterOptions options) {
+  auto writer = CheckpointWriter::create(dest, {{"t", DType::U8, {1}}}, std::move(options));
+  if (!writer.ok()) return writer.error();
+  const std::string byte(1, value);
+  FP4MOE_RETURN_IF_ERROR(writer->write("t", testing::as_bytes(byte)));
+  return writer->finish();
+}
+
+std::string tensor_byte(const std::filesystem::path& dir) {
+  auto ckpt = CheckpointDir::open(dir);
+  if (!ckpt.ok()) return "error: " + ckpt.error().message;
+  auto data = ckpt->data(*ckpt->find("t"));
+  return data.ok() ? str(*data) : "error: " + data.error().message;
+}
+
+TEST(CheckpointWriter, ReplaceExistingSwapsOnlyWhenEverythingSucceeded) {
+  ScratchDir dir;
+  ASSERT_TRUE(write_one(dir / "out", 'a', {}).ok());
+  EXPECT_FALSE(write_one(dir / "out", 'b', {}).ok());  // not without replace_existing
+  EXPECT_EQ(tensor_byte(dir / "out"), "a");
+
+  // The pre-publish check fails: the old checkpoint stays, nothing else is left.
+  WriterOptions refused;
+  refused.replace_existing = true;
+  bool saw_staged = false;
+  refused.check_before_publish = [&](const std::filesystem::path& staged) -> Status {
+    saw_staged = tensor_byte(staged) == "c";
+    return Error{"output check says no", ErrorKind::kFailed};
+  };
+  const Status st = write_one(dir / "out", 'c', refused);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind, ErrorKind::kFailed);
+  EXPECT_TRUE(saw_staged) << "the check ran on the complete new checkpoint";
+  EXPECT_EQ(tensor_byte(dir / "out"), "a");
+
+  // An abandoned replacing writer leaves the old checkpoint too.
+  {
+    WriterOptions replace;
+    replace.replace_existing = true;
+    auto writer = CheckpointWriter::create(dir / "out", {{"t", DType::U8, {1}}}, replace);
+    ASSERT_TRUE(writer.ok());
+    EXPECT_EQ(find_stale_partials(dir.path()).size(), 0u) << "a live writer's directory is locked";
+  }
+  EXPECT_EQ(tensor_byte(dir / "out"), "a");
+
+  // Success swaps: the new checkpoint is in place and the old one is gone, with progress.
+  WriterOptions replace;
+  replace.replace_existing = true;
+  uint64_t last_removed = 0, last_total = 0;
+  int calls = 0;
+  replace.on_remove_progress = [&](uint64_t removed, uint64_t total) {
+    EXPECT_GE(removed, last_removed);
+    last_removed = removed;
+    last_total = total;
+    ++calls;
+  };
+  ASSERT_TRUE(write_one(dir / "out", 'd', replace).ok());
+  EXPECT_EQ(tensor_byte(dir / "out"), "d");
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(last_removed, last_total);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"out"});
+}
+
+TEST(CheckpointWriter, ModesFollowTheUmaskLikeMkdir) {
+  for (const mode_t mask : {mode_t{022}, mode_t{002}, mode_t{077}}) {
+    SCOPED_TRACE("umask " + std::to_string(mask));
+    ScratchDir dir;
+    ScratchDir source;
+    write_bytes(source / "tokenizer.json", "{}");
+    std::filesystem::permissions(source / "tokenizer.json", std::filesystem::perms::owner_read);
+    const mode_t previous = ::umask(mask);
+    EXPECT_EQ(process_umask(), mask);
+    WriterOptions options;
+    options.source_dir = source.path();
+    options.files["config.json"] = "{}";
+    options.max_shard_bytes = 1;
+    auto writer = CheckpointWriter::create(dir / "out", {{"a", DType::U8, {1}}, {"b", DType::U8, {1}}},
+                                           options);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(writer->write("a", testing::as_bytes("x")).ok());
+    ASSERT_TRUE(writer->write("b", testing::as_bytes("y")).ok());
+    ASSERT_TRUE(writer->finish().ok());
+    ::umask(previous);
+    const auto mode = [](const std::filesystem::path& p) {
+      struct stat st {};
+      EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+      return st.st_mode & 07777;
+    };
+    EXPECT_EQ(mode(dir / "out"), 0777u & ~mask);
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir / "out")) {
+      EXPECT_EQ(mode(e.path()), 0666u & ~mask) << e.path();  // shards, index, copied and new files
+      ++files;
+    }
+    EXPECT_EQ(files, 5);  // 2 shards, the index, tokenizer.json, config.json
+  }
+}
+
+TEST(CheckpointWriter, StalePartialsAreFoundAndRemoved) {
+  ScratchDir dir;
+  // What a killed writer leaves: its directory, unlocked, with data in it.
+  std::filesystem::create_directory(dir / ".out.partial-AbC123");
+  write_bytes(dir / ".out.partial-AbC123" / "model-00001-of-00002.safetensors",
+              std::string(70000, 'x'));
+  std::filesystem::create_directory(dir / "out.partial-AbC123");    // not hidden: not ours
+  std::filesystem::create_directory(dir / ".out.partial-toolong1");  // not mkdtemp's 6 chars
+  write_bytes(dir / ".x.partial-ZZZZZZ", "a file, not a directory");
+  auto live = CheckpointWriter::create(dir / "other", {{"t", DType::U8, {1}}}, {});
+  ASSERT_TRUE(live.ok());
+  const auto stale = find_stale_partials(dir.path());
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_EQ(stale[0].path.filename(), ".out.partial-AbC123");
+  EXPECT_GE(stale[0].bytes, 70000u);
+  uint64_t removed = 0, total = 0;
+  ASSERT_TRUE(remove_tree(stale[0].path, [&](uint64_t r, uint64_t t) {
+                removed = r;
+                total = t;
+              }).ok());
+  EXPECT_FALSE(std::filesystem::exists(stale[0].path));
+  EXPECT_EQ(removed, total);
+  EXPECT_GE(total, 70000u);
+  EXPECT_TRUE(find_stale_partials(dir.path()).empty());
+  ASSERT_TRUE(live->discard().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "other"));
+}
+
+TEST(RemoveTree, DoesNotFollowSymlinks) {
+  ScratchDir dir;
+  ScratchDir outside;
+  write_bytes(outside / "keep.txt", "keep");
+  std::filesystem::create_directories(dir / "tree" / "sub");
+  std::filesystem::create_directory_symlink(outside.path(), dir / "tree" / "sub" / "link");
+  ASSERT_TRUE(remove_tree(dir / "tree").ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "tree"));
+  EXPECT_EQ(read_bytes(outside / "keep.txt"), "keep");
 }
 
 // The acceptance figure of the issue: a 48-shard, 160 GB checkpoint inspects in well under a
