@@ -26,7 +26,15 @@ class ThreadPool {
 
   // Calls fn(task, thread) for every task in [0, tasks), tasks handed out dynamically to the
   // caller and the workers (thread is 0 for the caller, 1.. for workers, < size()); returns when
-  // all are done. Not reentrant: fn must not call run() on the same pool.
+  // all are done. Within a job a thread index never runs two tasks at once, so it can key
+  // per-thread scratch of that job.
+  //
+  // Thread-safe: several threads may call run() on one pool at once (a binding that releases the
+  // GIL around ThreadPool::global() does); their jobs are serialized by a lock taken once per
+  // job, never per task, so each waits for the one in flight. Jobs of 0 or 1 task, and every job
+  // on a pool of one thread, run inline on the caller and take no lock.
+  // Not reentrant: fn must not call run() on the same pool, from the caller's tasks or a
+  // worker's; that aborts (it would deadlock on the lock). run() on another pool is fine.
   template <class Fn>
   void run(int64_t tasks, Fn&& fn) {
     run_impl(tasks, &fn,
@@ -40,13 +48,18 @@ class ThreadPool {
   void drain(uint32_t generation, int thread);
 
   std::vector<std::thread> workers_;
+  // Serializes submitters (see run()); held for a whole pooled job.
+  std::mutex run_mutex_;
+  // The job in flight. Plain members, yet race-free: a worker reads them only after its CAS on
+  // state_ claimed a task (see drain() for the proof), and written only by the submitter before
+  // it publishes the job.
   void* ctx_ = nullptr;
   Trampoline call_ = nullptr;
   int64_t tasks_ = 0;
-  // (generation << 32) | next task index. A worker claims a task with a CAS that also checks the
-  // generation, so a worker that wakes late cannot claim a task of a newer job; and the caller
-  // waits for tasks done, not for workers, so a descheduled worker that claimed nothing (a busy
-  // 2-core machine) never delays a job.
+  // (generation << 32) | tasks not yet claimed. A worker claims a task with a CAS that also
+  // checks the generation, so a worker that wakes late cannot claim a task of a newer job; and
+  // the caller waits for tasks done, not for workers, so a descheduled worker that claimed
+  // nothing (a busy 2-core machine) never delays a job.
   std::atomic<uint64_t> state_{0};
   std::atomic<int64_t> done_{0};
   std::atomic<uint32_t> generation_{0};  // bumped to publish a job

@@ -1,4 +1,4 @@
-// Dispatch (ISA detection, forcing, describe), pack/ (layout and bad input) and the thread pool.
+// Dispatch (ISA detection, forcing, describe) and pack/ (layout and bad input); the thread pool has tests/cpp/core/
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -211,23 +211,6 @@ TEST(Pack, Fp8Ue8m0ScalesWidenExactly) {
   auto w = pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{130}, 2, 3);
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->view().fp8_scales[0], 8.0f);
-}
-
-TEST(ThreadPool, EveryTaskRunsExactlyOnceAcrossManyJobs) {
-  ThreadPool pool(3);
-  EXPECT_EQ(pool.size(), 3);
-  for (int job = 0; job < 200; ++job) {
-    const int64_t tasks = 1 + job % 37;
-    std::vector<std::atomic<int>> hits(tasks);
-    std::atomic<int> bad_thread{0};
-    pool.run(tasks, [&](int64_t t, int thread) {
-      hits[t].fetch_add(1);
-      if (thread < 0 || thread >= 3) bad_thread.fetch_add(1);
-    });
-    for (int64_t t = 0; t < tasks; ++t) ASSERT_EQ(hits[t].load(), 1) << "job " << job;
-    ASSERT_EQ(bad_thread.load(), 0);
-  }
-  pool.run(0, [](int64_t, int) { FAIL() << "no task expected"; });
 }
 
 }  // namespace
