@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error is 2 in the exit-code table (CLI11's own
+    // codes, e.g. 105 for a value outside a set, are not).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   for (auto& [sub, run] : runners) {
     if (sub->parsed()) {

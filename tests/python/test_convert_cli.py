@@ -1,7 +1,11 @@
 """`fp4moe convert` end to end on small DeepSeek-V4-style checkpoints written by the Python
 safetensors package (an independent writer), read back with it, and checked with numpy."""
+import hashlib
 import json
 import os
+import resource
+import signal
+import stat as stat_mod
 import subprocess
 from pathlib import Path
 
@@ -123,23 +127,30 @@ def test_convert_is_lossless_and_engine_readable(tmp_path, rng):
 def test_convert_bad_input(tmp_path, rng):
     src = tmp_path / "src"
     make_checkpoint(src, rng, experts=1, layers=1)
+    # Bad input or usage exits 2 (the exit-code table in `fp4moe convert --help`).
     missing = run("convert", tmp_path / "nope", tmp_path / "o1", check=False)
-    assert missing.returncode == 1 and "not a checkpoint directory" in missing.stderr
+    assert missing.returncode == 2 and "not a checkpoint directory" in missing.stderr
     inside = run("convert", src, src / "sub", check=False)
-    assert inside.returncode == 1 and "inside" in inside.stderr
+    assert inside.returncode == 2 and "inside" in inside.stderr
     (tmp_path / "exists").mkdir()
     exists = run("convert", src, tmp_path / "exists", check=False)
-    assert exists.returncode == 1 and "--force" in exists.stderr
+    assert exists.returncode == 2 and "--force" in exists.stderr
     run("convert", src, tmp_path / "nv")
     again = run("convert", tmp_path / "nv", tmp_path / "o2", check=False)
-    assert again.returncode == 1 and "layers.0.ffn.experts.0.w1" in again.stderr
+    assert again.returncode == 2 and "layers.0.ffn.experts.0.w1" in again.stderr
     assert "already NVFP4" in again.stderr
     to_mx = run("convert", src, tmp_path / "o5", "--to", "mxfp4", check=False)
-    assert to_mx.returncode == 1 and "already MXFP4" in to_mx.stderr
+    assert to_mx.returncode == 2 and "already MXFP4" in to_mx.stderr
     nothing = run("convert", src, tmp_path / "o3", "--modules", "nomatch.*", check=False)
-    assert nothing.returncode == 1 and "no tensor matches" in nothing.stderr
+    assert nothing.returncode == 2 and "no tensor matches" in nothing.stderr
     unknown = run("convert", src, tmp_path / "o4", "--to", "int4", check=False)
-    assert unknown.returncode != 0
+    assert unknown.returncode == 2
+    # --force replaces a checkpoint, never a directory that holds something else.
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("mine")
+    not_ckpt = run("convert", src, tmp_path / "home", "--force", check=False)
+    assert not_ckpt.returncode == 2 and "not an empty directory or a checkpoint" in not_ckpt.stderr
+    assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
     for name in ("o1", "o2", "o3", "o4", "o5"):
         assert not (tmp_path / name).exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
@@ -154,7 +165,7 @@ def test_convert_nan_scale_leaves_nothing(tmp_path, rng):
     tensors[name] = bad.view(ml_dtypes.float8_e8m0fnu)
     save_file(tensors, str(src / "model.safetensors"))
     proc = run("convert", src, tmp_path / "out", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "layers.0.ffn.experts.1.w2.weight" in proc.stderr and "row 3, block 1" in proc.stderr
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
@@ -164,10 +175,12 @@ def test_convert_force_replaces(tmp_path, rng):
     src = tmp_path / "src"
     make_checkpoint(src, rng, experts=1, layers=1)
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "config.json").write_text("{}")
     (tmp_path / "out" / "stale.txt").write_text("old")
     run("convert", src, tmp_path / "out", "--force")
     assert not (tmp_path / "out" / "stale.txt").exists()
     assert (tmp_path / "out" / "model.safetensors").exists()
+    assert [p.name for p in tmp_path.iterdir() if ".partial" in p.name] == [], "old one removed"
 
 
 def test_convert_refuses_config_that_contradicts_tensors(tmp_path, rng):
@@ -179,25 +192,152 @@ def test_convert_refuses_config_that_contradicts_tensors(tmp_path, rng):
     config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
     (src / "config.json").write_text(json.dumps(config))
     proc = run("convert", src, tmp_path / "out", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "refusing to convert" in proc.stderr and "[config_tensor_mismatch]" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 
+def start_paused(args, after, env=None, **popen):
+    """Starts `fp4moe convert` with the test hook that stops it after `after` source tensors and
+    returns once it says so: the signal then arrives at a known point, not after a sleep."""
+    env = dict(os.environ, FP4MOE_TEST_PAUSE_AFTER_TENSORS=str(after), **(env or {}))
+    proc = subprocess.Popen([str(FP4MOE), "convert", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, **popen)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "paused after" in line:
+            return proc, lines
+    proc.wait(timeout=60)
+    raise AssertionError(f"convert never paused (exit {proc.returncode}): {''.join(lines)}")
+
+
+def partials(parent):
+    return sorted(p for p in parent.iterdir() if ".partial-" in p.name)
+
+
 def test_convert_interrupted_leaves_nothing(tmp_path, rng):
-    import signal
-    import time
     src = tmp_path / "src"
-    run("synth", "dsv4-mxfp4", src, "--layers", "3", "--experts", "24")
-    proc = subprocess.Popen([str(FP4MOE), "convert", str(src), str(tmp_path / "out")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, f"convert finished before the interrupt: {err}"
-    assert "interrupted" in err
-    assert not (tmp_path / "out").exists()
-    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+    make_checkpoint(src, rng, experts=2, layers=2)
+    for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc, _ = start_paused([src, tmp_path / "out"], after=3)
+        assert len(partials(tmp_path)) == 1, "the partial output exists while paused"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == status, err
+        assert "interrupted, removing partial output" in err
+        assert not (tmp_path / "out").exists()
+        assert partials(tmp_path) == []
+
+
+def tree_digest(root: Path):
+    """Every entry under root: relative path, type, mode and content hash (what 'exactly as it
+    was' means for a destination)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (
+            stat_mod.S_IFMT(st.st_mode), stat_mod.S_IMODE(st.st_mode),
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None)
+    return out
+
+
+def _limit_file_size(limit):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+    return apply
+
+
+@pytest.mark.parametrize("failure", ["bad_source_tensor", "write_error", "sigint", "sigterm",
+                                     "sigkill"])
+def test_convert_force_never_loses_the_old_destination(tmp_path, rng, failure):
+    """The failure-point matrix: a good earlier conversion in DST, then `convert --force` that
+    fails at one point; DST must be bit-identical afterwards and no partial output may remain
+    (after SIGKILL it remains, and the next convert reports it and --clean-partial removes it)."""
+    good = tmp_path / "good"
+    make_checkpoint(good, rng, experts=4, layers=3)
+    out = tmp_path / "out"
+    run("convert", good, out)
+    before = tree_digest(out)
+    assert before and all(v[2] for k, v in before.items() if k.endswith(".safetensors"))
+
+    src = good
+    if failure == "bad_source_tensor":
+        # A NaN E8M0 scale in the last layer: conversion fails midway, after tensors were written.
+        src = tmp_path / "bad"
+        tensors = make_checkpoint(src, np.random.default_rng(1), experts=4, layers=3)
+        name = "layers.2.ffn.experts.3.w2.scale"
+        codes = tensors[name].view(np.uint8).copy()
+        codes[5, 2] = 0xFF
+        tensors[name] = codes.view(ml_dtypes.float8_e8m0fnu)
+        save_file(tensors, str(src / "model.safetensors"))
+        proc = run("convert", src, out, "--force", check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "layers.2.ffn.experts.3.w2.weight" in proc.stderr and "row 5, block 2" in proc.stderr
+    elif failure == "write_error":
+        # Writes past 64 KiB fail with EFBIG, as on a full disk: an I/O failure exits 1.
+        proc = subprocess.run([str(FP4MOE), "convert", str(src), str(out), "--force"],
+                              capture_output=True, text=True, timeout=120,
+                              preexec_fn=_limit_file_size(64 << 10))
+        assert proc.returncode == 1, proc.stderr
+        assert "write failed" in proc.stderr or "ftruncate failed" in proc.stderr, proc.stderr
+    else:
+        sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}[failure]
+        proc, _ = start_paused([src, out, "--force"], after=7)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        expected = {"sigint": 130, "sigterm": 143, "sigkill": -signal.SIGKILL}[failure]
+        assert proc.returncode == expected, err
+
+    assert tree_digest(out) == before, "the old destination is exactly as it was"
+    left = partials(tmp_path)
+    if failure != "sigkill":
+        assert left == [], "no partial output left"
+        return
+    # SIGKILL leaves the partial output; the next convert into the same parent reports it with
+    # its size and leaves it; --clean-partial removes it.
+    assert len(left) == 1
+    note = run("convert", good, tmp_path / "second")
+    assert str(left[0]) in note.stderr and "GB on disk" in note.stderr
+    assert "--clean-partial" in note.stderr and partials(tmp_path) == left
+    clean = run("convert", good, tmp_path / "third", "--clean-partial")
+    assert "removed stale partial output " + str(left[0]) in clean.stderr
+    assert partials(tmp_path) == []
+    assert tree_digest(tmp_path / "third") == tree_digest(tmp_path / "second")
+
+
+def test_a_live_conversion_is_not_reported_as_stale(tmp_path, rng):
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=2, layers=2)
+    paused, _ = start_paused([src, tmp_path / "a"], after=2)
+    try:
+        other = run("convert", src, tmp_path / "b", "--clean-partial")
+        assert "partial output" not in other.stderr, other.stderr
+        assert len(partials(tmp_path)) == 1, "the live run's directory was not touched"
+    finally:
+        paused.send_signal(signal.SIGINT)
+        paused.communicate(timeout=60)
+    assert paused.returncode == 130 and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002])
+def test_outputs_have_mkdir_modes(tmp_path, rng, mask):
+    """Directories 0777 and files 0666 less the umask, for convert and synth output alike."""
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=1, layers=1)
+    umask = lambda: os.umask(mask)  # noqa: E731
+    for args in (["convert", src, tmp_path / "conv"],
+                 ["synth", "dsv4-mxfp4", tmp_path / "syn", "--layers", "1", "--experts", "2"]):
+        proc = subprocess.run([str(FP4MOE), *map(str, args)], capture_output=True, text=True,
+                              timeout=120, preexec_fn=umask)
+        assert proc.returncode == 0, proc.stderr
+    for out in (tmp_path / "conv", tmp_path / "syn"):
+        assert stat_mod.S_IMODE(out.stat().st_mode) == 0o777 & ~mask, out
+        files = list(out.iterdir())
+        assert files
+        for f in files:
+            assert stat_mod.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f
 
 
 def bf16_dsv4(path, rng, experts=2, hidden=256, width=128):
@@ -275,4 +415,4 @@ def test_bf16_to_mxfp4_writes_the_stock_layout(tmp_path, rng):
     assert back["modules_transcoded_losslessly"] == 6 and back["report"]["blocks_requantized"] == 0
     partial = run("convert", src, tmp_path / "p", "--to", "mxfp4", "--modules", "layers.0.ffn.experts.0.*",
                   check=False)
-    assert partial.returncode == 1 and "expert_dtype" in partial.stderr
+    assert partial.returncode == 2 and "expert_dtype" in partial.stderr

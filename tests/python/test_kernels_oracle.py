@@ -1,6 +1,7 @@
-"""The CPU GEMM kernels (exact W4A16 and the W4A8 family) through fp4moe.linear, against numpy
-oracles written from the spec: weights decoded with ml_dtypes from checkpoint-layout codes, the
-W4A8 activation quantization (kernels/types.h) written out again in numpy."""
+"""The CPU GEMM kernels (exact W4A16 for NVFP4, MXFP4 and FP8 block-128, and the W4A8 family)
+through fp4moe.linear, against numpy oracles written from the spec: weights decoded with ml_dtypes
+from checkpoint-layout codes, the W4A8 activation quantization (kernels/types.h) written out again
+in numpy."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -84,12 +85,52 @@ def test_w4a8_kernels_match_the_numpy_w4a8_rule(rng, fmt, m, n, k):
     np.testing.assert_array_less(np.abs(best - exact), bound * (1 + 1e-6) + 1e-6 * np.abs(exact) + 1e-30)
 
 
-def test_w4a8_rejects_fp8_and_bad_names(rng):
+def random_fp8_weights(rng, n, k):
+    """Random FP8 block-128 weights: E4M3 codes [n, k] (every byte but the NaNs 0x7F / 0xFF) and
+    F32 scales [ceil(n/128), ceil(k/128)]; and W in float64."""
+    q = rng.integers(0, 256, size=(n, k), dtype=np.uint8)
+    q[(q & 0x7F) == 0x7F] = 0
+    grid = ((n + 127) // 128, (k + 127) // 128)
+    scales = rng.uniform(1e-3, 1e-2, size=grid).astype(F32)
+    per_element = np.repeat(np.repeat(scales, 128, axis=0), 128, axis=1)[:n, :k]
+    w = q.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * per_element.astype(np.float64)
+    return q, scales, w
+
+
+# Partial 128-blocks along both N and K, one block, several blocks.
+FP8_SHAPES = SHAPES + [(2, 130, 300), (5, 128, 128), (1, 257, 129)]
+
+
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES)
+def test_exact_fp8_block_kernels_match_float64(rng, m, n, k):
+    q, scales, w = random_fp8_weights(rng, n, k)
+    x = rng.standard_normal((m, k)).astype(F32)
+    want = x.astype(np.float64) @ w.T
+    abs_sum = np.abs(x.astype(np.float64)) @ np.abs(w).T
+    for isa in (None, "scalar"):
+        got = fp4moe.linear("fp8_block", "w4a16", q, scales, x, isa=isa)
+        # Any FP32 summation order of k products, plus one rounding per scale product: as above.
+        np.testing.assert_array_less(np.abs(got - want), (k + 4) * 2.0**-24 * abs_sum + 1e-30)
+
+
+def test_w4a8_rejects_fp8_weights(rng):
+    # The FP8 weights are valid (the exact product runs), so only the W4A8 eligibility check of the
+    # dispatch layer (LinearPlan::create) can reject them, and with its own message.
+    q, scales, w = random_fp8_weights(rng, 8, 64)
+    x = rng.standard_normal((1, 64)).astype(F32)
+    exact = fp4moe.linear("fp8_block", "w4a16", q, scales, x)
+    assert np.isfinite(exact).all() and np.abs(exact).max() > 0
+    with pytest.raises(fp4moe.Fp4moeError, match=r"no W4A8 fp8_block kernel \(W4A8 covers the FP4"):
+        fp4moe.linear("fp8_block", "w4a8", q, scales, x)
+
+
+def test_bad_names_are_errors(rng):
     packed, scales, ts, _ = random_weights(rng, "mxfp4", 8, 64)
     x = rng.standard_normal((1, 64)).astype(F32)
-    with pytest.raises(fp4moe.Fp4moeError, match="precision"):
+    fp4moe.linear("mxfp4", "w4a8", packed, scales, x)  # the same call with good names runs
+    with pytest.raises(fp4moe.Fp4moeError, match="unknown precision 'w4a4'"):
         fp4moe.linear("mxfp4", "w4a4", packed, scales, x)
-    with pytest.raises(fp4moe.Fp4moeError, match="unknown format"):
-        fp4moe.linear("fp8_block", "w4a8", packed, scales, x)
-    with pytest.raises(fp4moe.Fp4moeError, match="ISA"):
+    with pytest.raises(fp4moe.Fp4moeError, match="unknown format 'fp8'"):
+        fp4moe.linear("fp8", "w4a8", packed, scales, x)
+    with pytest.raises(fp4moe.Fp4moeError, match="unknown ISA 'sse9'"):
         fp4moe.linear("mxfp4", "w4a8", packed, scales, x, isa="sse9")
