@@ -92,7 +92,8 @@ Result<TranscodeReport> transcode_mxfp4_to_nvfp4(std::span<const Mxfp4Source> so
     const auto& dst = destinations[t];
     const size_t nv_blocks = src.packed.size() / kNvBlockBytes;
     FP4MOE_CHECK(dst.packed.size() == src.packed.size() && dst.block_scales.size() == nv_blocks);
-    std::memcpy(dst.packed.data(), src.packed.data(), src.packed.size());
+    // An empty span may carry a null pointer, and memcpy from null is undefined even for 0 bytes.
+    if (!src.packed.empty()) std::memcpy(dst.packed.data(), src.packed.data(), src.packed.size());
     for (size_t b = 0; b < nv_blocks; ++b) {
       const int k = src.scales[b / 2];
       uint8_t* bytes = dst.packed.data() + b * kNvBlockBytes;
