@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/holes.h"
 #include "checkpoint/tensor_values.h"
 #include "checkpoint/writer.h"
 #include "detect/directory.h"
@@ -61,38 +62,12 @@ std::string container_of(const std::string& module) {
   return pos == std::string::npos ? module : module.substr(0, pos + 8);
 }
 
-// Whether a tensor's bytes read as zeros because they are a file hole of its shard. SEEK_DATA works
-// in file-system blocks, so the hole is checked between the block boundaries inside the tensor and
-// the partial blocks at its two ends are read and must be zero. Such tensors are written as holes,
-// which keeps sparse checkpoints (the full-size test layouts) sparse. A file system without
-// SEEK_DATA reports everything as data: we then copy.
+// Whether a tensor's bytes are a file hole of its shard (checkpoint/holes.h): such tensors are
+// written as holes, which keeps sparse checkpoints (the full-size test layouts) sparse.
 bool is_file_hole(const CheckpointDir& dir, const CheckpointTensor& t) {
-  constexpr uint64_t kBlock = 4096;
-  const uint64_t size = t.info->byte_size();
-  if (size < 2 * kBlock) return false;  // small tensors are just copied
-  const int fd = ::open(dir.shard_path(t.shard).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const uint64_t begin = dir.shard_header(t.shard).data_offset() + t.info->data_begin;
-  const uint64_t end = begin + size;
-  const uint64_t inner_begin = (begin + kBlock - 1) / kBlock * kBlock;
-  const uint64_t inner_end = end / kBlock * kBlock;
-  bool hole = false;
-  const off_t next_data = ::lseek(fd, static_cast<off_t>(inner_begin), SEEK_DATA);
-  if ((next_data < 0 && errno == ENXIO) ||
-      (next_data >= 0 && static_cast<uint64_t>(next_data) >= inner_end)) {
-    std::vector<char> edge(kBlock);
-    hole = true;
-    for (const auto& [from, to] : {std::pair{begin, inner_begin}, std::pair{inner_end, end}}) {
-      const auto n = static_cast<size_t>(to - from);
-      if (n == 0) continue;
-      hole = hole &&
-             ::pread(fd, edge.data(), n, static_cast<off_t>(from)) == static_cast<ssize_t>(n) &&
-             std::all_of(edge.begin(), edge.begin() + static_cast<std::ptrdiff_t>(n),
-                         [](char c) { return c == 0; });
-    }
-  }
-  ::close(fd);
-  return hole;
+  return checkpoint::is_file_hole(dir.shard_path(t.shard),
+                                  dir.shard_header(t.shard).data_offset() + t.info->data_begin,
+                                  t.info->byte_size());
 }
 
 enum class SourceKind { kMxfp4, kFloat, kFp8Block };
