@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "check/check.h"
 #include "checkpoint/writer.h"
 #include "cli/command.h"
 #include "convert/convert.h"
@@ -55,7 +56,7 @@ class InterruptScope {
 
 struct ConvertArgs {
   std::string source, destination, to = "nvfp4";
-  std::vector<std::string> modules;
+  std::vector<std::string> modules, allow_findings;
   bool force = false, json = false, clean_partial = false;
   double max_shard_gb = 5.0;
 };
@@ -180,6 +181,7 @@ int run_convert(const ConvertArgs& args) {
   options.to = args.to == "mxfp4" ? convert::TargetFormat::kMxfp4 : convert::TargetFormat::kNvfp4;
   if (!args.modules.empty()) options.module_patterns = args.modules;
   options.force = args.force;
+  options.allow_findings = args.allow_findings;
   options.max_shard_bytes = static_cast<uint64_t>(args.max_shard_gb * 1e9);
   options.cancel = &g_interrupted;
   ProgressPrinter printer;
@@ -267,6 +269,14 @@ const CommandRegistrar kConvert{
        app.add_flag("--force", args->force,
                     "replace an existing destination checkpoint (swapped out only once the new one "
                     "is complete and checked)");
+       app.add_option("--allow-findings", args->allow_findings,
+                      "fp4moe check error findings (ids) to convert despite, e.g. scale_nan_code")
+           ->allow_extra_args(false)
+           ->delimiter(',')
+           ->check([](const std::string& id) {
+             return check::find_finding(id) != nullptr ? std::string()
+                                                       : "unknown finding id '" + id + "'";
+           });
        app.add_flag("--clean-partial", args->clean_partial,
                     "remove partial output that earlier killed runs left beside DST");
        app.add_option("--max-shard-gb", args->max_shard_gb, "shard size of the output");

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 
+#include "check/check.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/holes.h"
 #include "checkpoint/tensor_values.h"
@@ -463,6 +464,34 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
                    "] " + f.message};
     }
   }
+  // The numbers, not just the configs: `fp4moe check` error findings refuse the source (a NaN
+  // scale would be copied into the output or fail halfway), unless allowed on purpose.
+  const auto check_findings = [&](const fs::path& dir,
+                                  std::string_view what) -> std::optional<std::string> {
+    check::CheckOptions check_options;
+    auto report = check::check_checkpoint(dir, check_options);
+    if (!report.ok()) return report.error().message;
+    for (const auto& f : report->findings) {
+      if (f.severity != detect::Severity::kError) continue;
+      if (std::find(options.allow_findings.begin(), options.allow_findings.end(), f.id) !=
+          options.allow_findings.end()) {
+        continue;
+      }
+      std::string where;
+      if (!f.examples.empty()) {
+        const auto& e = f.examples.front();
+        where = " (e.g. " + e.tensor + (e.row >= 0 ? " row " + std::to_string(e.row) : "") +
+                (e.block >= 0 ? " block " + std::to_string(e.block) : "") +
+                (e.detail.empty() ? "" : ": " + e.detail) + ")";
+      }
+      return std::string(what) + ": fp4moe check reports [" + f.id + "] " + f.summary + where +
+             "; pass --allow-findings " + f.id + " to proceed anyway";
+    }
+    return std::nullopt;
+  };
+  if (auto refused = check_findings(source, "refusing to convert")) {
+    return Error{source.string() + ": " + *refused};
+  }
   auto dir = CheckpointDir::open(source);
   if (!dir.ok()) return dir.error();
   auto found = find_modules(*dir, options.module_patterns, options.to);
@@ -537,6 +566,7 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
     for (const auto& f : manifest->manifest.findings) {
       if (f.severity == detect::Severity::kError) return failed("[" + f.code + "] " + f.message);
     }
+    if (auto bad = check_findings(staged, "the output")) return failed(*bad);
     return Status::Ok();
   };
   auto writer = checkpoint::CheckpointWriter::create(destination, plan, writer_options);

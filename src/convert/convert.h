@@ -47,6 +47,10 @@ struct ConvertOptions {
   const std::atomic<bool>* cancel = nullptr;
   // Progress of removing partial output (after an error or cancel) or a replaced destination.
   checkpoint::RemoveProgressFn on_remove_progress;
+  // `fp4moe check` runs on the source before anything is written and on the output before it is
+  // renamed into place; an error finding refuses the source / fails the output unless its id is
+  // listed here (proceeding on purpose, e.g. to re-quantize a module with a NaN scale away).
+  std::vector<std::string> allow_findings;
 };
 
 struct ConvertSummary {
@@ -69,8 +73,9 @@ struct ConvertSummary {
 // DeepSeek-V4's (weight I8, scale F8_E8M0 per 32). The source's own scale tensors are dropped.
 // Errors name the module and reason. On any error or cancel nothing is left: the destination is
 // as it was before (absent, or with `force` the old checkpoint, untouched), no partial directory
-// remains. The output is opened and inspected before it is renamed into place (an error finding
-// of inspect on the output is an ErrorKind::kFailed error).
+// remains. The source must pass `fp4moe check` (error findings refuse it, quoted, unless allowed);
+// the output is opened, inspected and checked before it is renamed into place (an error finding
+// there is an ErrorKind::kFailed error).
 Result<ConvertSummary> convert_checkpoint(const std::filesystem::path& source,
                                           const std::filesystem::path& destination,
                                           const ConvertOptions& options);

@@ -164,10 +164,19 @@ def test_convert_nan_scale_leaves_nothing(tmp_path, rng):
     bad[3, 1] = 0xFF
     tensors[name] = bad.view(ml_dtypes.float8_e8m0fnu)
     save_file(tensors, str(src / "model.safetensors"))
+    # `fp4moe check` refuses the source before anything is written, quoting the finding...
     proc = run("convert", src, tmp_path / "out", check=False)
+    assert proc.returncode == 2
+    assert "[scale_nan_code]" in proc.stderr and "--allow-findings scale_nan_code" in proc.stderr
+    assert "layers.0.ffn.experts.1.w2.scale row 3 block 1" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    # ...and allowed on purpose, the conversion itself stops at the NaN block, leaving nothing.
+    proc = run("convert", src, tmp_path / "out", "--allow-findings", "scale_nan_code", check=False)
     assert proc.returncode == 2
     assert "layers.0.ffn.experts.1.w2.weight" in proc.stderr and "row 3, block 1" in proc.stderr
     assert not (tmp_path / "out").exists()
+    unknown = run("convert", src, tmp_path / "out", "--allow-findings", "no_such_id", check=False)
+    assert unknown.returncode == 2 and "unknown finding id 'no_such_id'" in unknown.stderr
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
 
 
@@ -272,7 +281,7 @@ def test_convert_force_never_loses_the_old_destination(tmp_path, rng, failure):
         codes[5, 2] = 0xFF
         tensors[name] = codes.view(ml_dtypes.float8_e8m0fnu)
         save_file(tensors, str(src / "model.safetensors"))
-        proc = run("convert", src, out, "--force", check=False)
+        proc = run("convert", src, out, "--force", "--allow-findings", "scale_nan_code", check=False)
         assert proc.returncode == 2, proc.stderr
         assert "layers.2.ffn.experts.3.w2.weight" in proc.stderr and "row 5, block 2" in proc.stderr
     elif failure == "write_error":
@@ -340,6 +349,12 @@ def test_outputs_have_mkdir_modes(tmp_path, rng, mask):
             assert stat_mod.S_IMODE(f.stat().st_mode) == 0o666 & ~mask, f
 
 
+# bf16_dsv4's config keeps DeepSeek-V4's `quant_method: fp8` while its routed experts are BF16 (a
+# dequantized export to requantize): `fp4moe check` reports that as declared_but_not_quantized,
+# and converting it anyway is what --allow-findings is for.
+ALLOW_BF16_EXPERTS = ("--allow-findings", "declared_but_not_quantized")
+
+
 def bf16_dsv4(path, rng, experts=2, hidden=256, width=128):
     """A DeepSeek-V4-named checkpoint whose routed experts are BF16 and shared expert FP8 block."""
     t = {}
@@ -368,7 +383,7 @@ def modelopt_oracle(x, tensor_scale):
 def test_bf16_and_fp8_to_nvfp4_follow_modelopt(tmp_path, rng):
     src = tmp_path / "bf16"
     t = bf16_dsv4(src, rng)
-    proc = run("convert", src, tmp_path / "nv", "--modules", "layers.*.ffn.experts.*",
+    proc = run("convert", src, *ALLOW_BF16_EXPERTS, tmp_path / "nv", "--modules", "layers.*.ffn.experts.*",
                "layers.*.ffn.shared_experts.*", "--json")
     report = json.loads(proc.stdout)
     assert report["modules_quantized"] == 9 and report["modules_transcoded_losslessly"] == 0
@@ -395,7 +410,7 @@ def test_bf16_and_fp8_to_nvfp4_follow_modelopt(tmp_path, rng):
 def test_bf16_to_mxfp4_writes_the_stock_layout(tmp_path, rng):
     src = tmp_path / "bf16"
     t = bf16_dsv4(src, rng)
-    proc = run("convert", src, tmp_path / "mx", "--to", "mxfp4", "--json")
+    proc = run("convert", src, *ALLOW_BF16_EXPERTS, tmp_path / "mx", "--to", "mxfp4", "--json")
     assert json.loads(proc.stdout)["modules_quantized"] == 6
     out = load_file(str(tmp_path / "mx" / "model.safetensors"))
     from test_formats_oracle import oracle_mxfp4
@@ -413,6 +428,6 @@ def test_bf16_to_mxfp4_writes_the_stock_layout(tmp_path, rng):
     # Back to NVFP4: now losslessly.
     back = json.loads(run("convert", tmp_path / "mx", tmp_path / "nv", "--json").stdout)
     assert back["modules_transcoded_losslessly"] == 6 and back["report"]["blocks_requantized"] == 0
-    partial = run("convert", src, tmp_path / "p", "--to", "mxfp4", "--modules", "layers.0.ffn.experts.0.*",
+    partial = run("convert", src, *ALLOW_BF16_EXPERTS, tmp_path / "p", "--to", "mxfp4", "--modules", "layers.0.ffn.experts.0.*",
                   check=False)
     assert partial.returncode == 2 and "expert_dtype" in partial.stderr
