@@ -25,6 +25,11 @@ def routed(plan):
     return [m for m in plan["modules"] if m["role"] == "routed_experts"]
 
 
+# The DeepSeek-V4 layouts `synth` writes have one routed-expert group per projection (w1, w2, w3).
+DSV4_ROUTED_GROUPS = ["layers.*.ffn.experts.*.w1", "layers.*.ffn.experts.*.w2",
+                      "layers.*.ffn.experts.*.w3"]
+
+
 @pytest.mark.parametrize("target,path", [("sm_120", "CUDA cores only"), ("sm_100", "native FP4 tensor cores"),
                                          ("sm_90", "W4A16 tensor cores (Marlin-class)")])
 def test_stock_dsv4_mxfp4_routes(target, path):
@@ -46,7 +51,7 @@ def test_nvidia_dsv4_nvfp4_routes(target, path):
     mtp = [m for m in plan["modules"] if m["role"] == "mtp_experts"]
     assert mtp and all(m["scheme"] == "mxfp4" and "NVFP4" not in m["kernel"] for m in mtp)
     fp8 = [m for m in plan["modules"] if m["role"] == "attention"]
-    assert all(m["path"] == ("W8A16 tensor cores" if target == "sm_80" else "FP8 tensor cores") for m in fp8)
+    assert fp8 and all(m["path"] == ("W8A16 tensor cores" if target == "sm_80" else "FP8 tensor cores") for m in fp8)
 
 
 def test_roofline_arithmetic_on_a_synthetic_checkpoint(tmp_path):
@@ -55,6 +60,7 @@ def test_roofline_arithmetic_on_a_synthetic_checkpoint(tmp_path):
     assert proc.returncode == 0
     config = json.loads((tmp_path / "c" / "config.json").read_text())
     manifest = json.loads(run("inspect", tmp_path / "c", "--json").stdout)
+    assert sorted(m["name"] for m in routed(plan)) == DSV4_ROUTED_GROUPS
     for m in routed(plan):
         group = next(g for g in manifest["modules"] if g["name"] == m["name"])
         expected = group["bytes"] * config["num_experts_per_tok"] / config["n_routed_experts"]
@@ -70,6 +76,7 @@ def test_cpu_names_this_hosts_kernels(tmp_path):
     proc, plan = plan_json(tmp_path / "c", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert plan["device"]["memory_gbps"] > 0
+    assert sorted(m["name"] for m in routed(plan)) == DSV4_ROUTED_GROUPS
     assert all(m["path"] == "CPU SIMD" and "mxfp4" in m["kernel"] for m in routed(plan))
     shared = [m for m in plan["modules"] if m["role"] == "shared_experts"]
     assert shared and all("fp8" in m["kernel"] for m in shared)

@@ -1,8 +1,13 @@
 // Dispatch (ISA detection, forcing, describe) and pack/ (layout and bad input); the thread pool has tests/cpp/core/
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -116,37 +121,84 @@ TEST(Dispatch, W4a8PlansUseTheFamilysBestKernelAtOrBelowTheIsa) {
   EXPECT_NE(plan.error().message.find("W4A8"), std::string::npos) << plan.error().message;
 }
 
+// host_isas() is every ISA of the full list the host supports, in increasing order, scalar first;
+// best_host_isa() the highest of them (derived here from host_supports(), not from host_isas()).
 TEST(Dispatch, ScalarIsAlwaysAvailableAndBestIsLast) {
   const std::vector<Isa> isas = dispatch::host_isas();
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), Isa::kScalar);
-  EXPECT_EQ(isas.back(), dispatch::best_host_isa());
+  std::vector<Isa> supported;
+  Isa highest = Isa::kScalar;
+  for (Isa isa : kernels::kAllIsas) {
+    if (!dispatch::host_supports(isa)) continue;
+    supported.push_back(isa);
+    if (isa > highest) highest = isa;
+  }
+  EXPECT_EQ(isas, supported);
+  for (size_t i = 1; i < isas.size(); ++i) {
+    EXPECT_LT(isas[i - 1], isas[i]) << "host_isas() not strictly increasing at " << i;
+  }
+  EXPECT_EQ(dispatch::best_host_isa(), highest);
   EXPECT_FALSE(dispatch::parse_isa("sse9").ok());
   EXPECT_EQ(*dispatch::parse_isa("avx2"), Isa::kAvx2);
 }
 
+// On every ISA the host has: a threaded run gives the one-thread bits, and each of its tasks (the
+// tile ranges tile_tasks() cuts, run here one at a time through run_tiles on a NaN-filled output)
+// writes exactly its own rows with those bits. The second half is what makes the first one sound:
+// a kernel rewriting rows outside its range writes equal values there, which no single threaded
+// run can show, but it races with the task that owns them.
 TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
   std::mt19937 rng(2);
-  testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kNvfp4, 8 * 50 + 1, 128, rng);
-  const std::vector<float> x = testing::random_activations(2, 128, rng);
-  auto plan = dispatch::LinearPlan::create(w.packed.view());
-  ASSERT_TRUE(plan.ok());
-  std::vector<float> one(2 * w.n), many(2 * w.n);
+  const int64_t m = 2, k = 128;
+  testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kNvfp4, 8 * 50 + 1, k, rng);
+  const std::vector<float> x = testing::random_activations(m, k, rng);
   ThreadPool single(1), pool(3);
-  plan->run(x.data(), 128, 2, one.data(), w.n, single);
-  plan->run(x.data(), 128, 2, many.data(), w.n, pool);
-  EXPECT_EQ(one, many);
+  for (Isa isa : dispatch::host_isas()) {
+    SCOPED_TRACE("isa " + std::string(kernels::isa_name(isa)));
+    auto plan = dispatch::LinearPlan::create(w.packed.view(), isa);
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    std::vector<float> one(m * w.n), many(m * w.n);
+    plan->run(x.data(), k, m, one.data(), w.n, single);
+    plan->run(x.data(), k, m, many.data(), w.n, pool);
+    EXPECT_EQ(one, many);
+    const int64_t tiles = plan->n_tiles();
+    const int64_t tasks = dispatch::tile_tasks(tiles, pool.size());
+    ASSERT_GT(tasks, 1);
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t begin = tiles * t / tasks, end = tiles * (t + 1) / tasks;
+      std::vector<float> piece(m * w.n, std::nanf(""));
+      plan->run_tiles(x.data(), k, m, piece.data(), w.n, begin, end);
+      const int64_t row_begin = begin * kernels::kTileRows;
+      const int64_t row_end = std::min(w.n, end * kernels::kTileRows);
+      int failures = 0;
+      for (int64_t i = 0; i < m && failures < 5; ++i) {
+        for (int64_t j = 0; j < w.n && failures < 5; ++j) {
+          const float got = piece[i * w.n + j];
+          const bool mine = j >= row_begin && j < row_end;
+          if (mine ? std::memcmp(&got, &one[i * w.n + j], sizeof(float)) != 0 : !std::isnan(got)) {
+            ADD_FAILURE() << "task tiles [" << begin << ", " << end << "): y[" << i << ", " << j
+                          << "] = " << got << (mine ? ", one thread gave " : ", outside its rows")
+                          << (mine ? std::to_string(one[i * w.n + j]) : std::string());
+            ++failures;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Dispatch, Bf16ActivationsGiveTheF32ResultOfTheirValues) {
   // BF16 -> F32 is exact, so BF16 input must match F32 input holding the same values, bit for bit.
+  // The F32 values are widened here by hand (BF16 is the top half of an F32), not by the
+  // formats::decode_bf16 that run_bf16 itself uses.
   std::mt19937 rng(3);
   testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kMxfp4, 40, 96, rng);
   std::vector<float> x = testing::random_activations(3, 96, rng);
   std::vector<uint16_t> x16(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     x16[i] = formats::encode_bf16(x[i]);
-    x[i] = formats::decode_bf16(x16[i]);
+    x[i] = std::bit_cast<float>(uint32_t{x16[i]} << 16);
   }
   auto plan = dispatch::LinearPlan::create(w.packed.view());
   ASSERT_TRUE(plan.ok());
@@ -158,7 +210,7 @@ TEST(Dispatch, Bf16ActivationsGiveTheF32ResultOfTheirValues) {
 
 TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
   // Every (row, k) of a 9 x 32 MXFP4 matrix in turn holds the code for 1.0 (all else zero); the
-  // scalar kernel with x = e_k must return exactly row's one-hot.
+  // MXFP4 kernel of every host ISA with x = e_k must return exactly row's one-hot.
   const int64_t n = 9, k = 32;
   std::vector<uint8_t> scales(n, 127);  // 2^0
   for (int64_t row = 0; row < n; ++row) {
@@ -167,9 +219,11 @@ TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
       codes[row * k / 2 + col / 2] = static_cast<uint8_t>(col % 2 == 0 ? 0x2 : 0x20);
       auto w = pack::pack_mxfp4("one-hot", codes, scales, n, k);
       ASSERT_TRUE(w.ok());
-      std::vector<float> x(k, 0.0f), y(n, -1.0f);
+      std::vector<float> x(k, 0.0f), y(n);
       x[col] = 1.0f;
       for (Isa isa : dispatch::host_isas()) {
+        // Reset per ISA: a kernel that writes nothing must not inherit the previous ISA's result.
+        std::fill(y.begin(), y.end(), std::nanf(""));
         kernels::best_kernel(WeightFormat::kMxfp4, isa)
             ->fn(w->view(), x.data(), k, 1, y.data(), n, 0, w->view().n_tiles);
         for (int64_t r = 0; r < n; ++r) {
