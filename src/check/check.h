@@ -33,14 +33,21 @@ struct FindingInfo {
   std::string_view what;         // what was found, in one sentence
   std::string_view consequence;  // what an engine does with such a checkpoint
   std::string_view fix;          // how to repair it
+  std::string_view judged;       // how `check` decides it, thresholds included
 };
 
 // Every finding id `check` can report, in report order.
 const std::vector<FindingInfo>& finding_table();
 const FindingInfo* find_finding(std::string_view id);  // nullptr for an unknown id
+// The table as the Markdown reference of docs/CHECK.md (`fp4moe check --findings-md`).
+std::string findings_markdown();
 
 // One place a finding was seen: the tensor, a block index (row and block along K) when it is about
-// blocks, and the evidence in words.
+// blocks, and the evidence in words. Row and block index the named tensor: for a scale tensor its
+// grid (leading dimensions flattened, so row e * N + n of a fused [E, N, G] grid, and one row per
+// 128 weight rows of an FP8 block grid); for a weight, the weight row and the block along K.
+// Module-level findings name the module's weight tensor; exclude_matches_nothing names the
+// pattern and shard findings the shard file.
 struct Example {
   std::string tensor;
   int64_t row = -1;    // -1: the whole tensor

@@ -12,7 +12,7 @@ namespace {
 
 struct CheckArgs {
   std::string dir;
-  bool full = false, json = false;
+  bool full = false, json = false, findings_md = false;
   uint64_t seed = 0x5eed;
   int sample_rows = 16;
   int threads = 0;
@@ -29,6 +29,14 @@ std::string finding_list() {
 }
 
 int run_check(const CheckArgs& args) {
+  if (args.findings_md) {
+    fmt::print("{}", check::findings_markdown());
+    return 0;
+  }
+  if (args.dir.empty()) {
+    fmt::print(stderr, "fp4moe check: DIR is required (see fp4moe check --help)\n");
+    return 2;
+  }
   check::CheckOptions options;
   options.full = args.full;
   options.seed = args.seed;
@@ -62,7 +70,8 @@ const CommandRegistrar kCheck{
     {"check", "Check a checkpoint's numbers: scales, conventions, gate/up pairs, exclusions",
      [](CLI::App& app) {
        auto args = std::make_shared<CheckArgs>();
-       app.add_option("DIR", args->dir, "checkpoint directory")->required();
+       // DIR is checked in run_check: --findings-md needs none.
+       app.add_option("DIR", args->dir, "checkpoint directory (required)");
        app.add_flag("--full", args->full, "read every weight byte (default: a seeded sample)");
        app.add_option("--seed", args->seed, "seed of the weight sample (same seed, same rows)");
        app.add_option("--sample-rows", args->sample_rows, "rows sampled per weight tensor")
@@ -70,6 +79,8 @@ const CommandRegistrar kCheck{
        app.add_option("--threads", args->threads, "threads (default: all cores)")
            ->check(CLI::Range(0, 1024));
        app.add_flag("--json", args->json, "print the report as JSON");
+       app.add_flag("--findings-md", args->findings_md,
+                    "print the finding table as the Markdown reference of docs/CHECK.md");
        app.footer(finding_list() +
                   "\nExit status: 0 no error finding, 1 an error finding, 2 bad input or usage.");
        return [args] { return run_check(*args); };
