@@ -321,7 +321,7 @@ class ModuleChecker {
     }
     if (scale_hole) return st;
     st.checked = true;
-    check_scales(p, st);
+    check_scales(p, st, weight_hole);
     if (!weight_hole) check_weights(p, st);
     return st;
   }
@@ -487,7 +487,9 @@ class ModuleChecker {
     }
   }
 
-  void check_scales(const Parts& p, ModuleStats& st) const {
+  // `weight_hole`: the weight was never written (reported once as such); zero block scales over
+  // its zeros are then what a sparse writer leaves, not a defect of their own.
+  void check_scales(const Parts& p, ModuleStats& st, bool weight_hole) const {
     if (p.tensor_scale.info) {
       scalar_scale(p.tensor_scale, false, st,
                    p.divisor ? "weight_global_scale" : "per-tensor scale", p.divisor);
@@ -553,7 +555,7 @@ class ModuleChecker {
             if (bad++ < static_cast<int64_t>(kMaxExamples)) {
               st.sink.add("scale_not_finite", 0, {s.info->name, r, c, fmt::format("{}", v)});
             }
-          } else if (v <= 0) {
+          } else if (v < 0 || (v == 0 && !weight_hole)) {
             if (nonpositive++ < static_cast<int64_t>(kMaxExamples)) {
               st.sink.add("block_scale_nonpositive", 0, {s.info->name, r, c, fmt::format("{}", v)});
             }

@@ -1252,3 +1252,25 @@ def test_docs_list_exactly_the_help_ids():
     for fid, where in fixtures.items():
         for fn in re.findall(r"`(\w+)`", where):
             assert fn in names, f"docs/CHECK.md names fixture {fn} for {fid}: not in this file"
+
+
+@pytest.mark.parametrize("layout", ["dsv4-mxfp4", "dsv4-nvfp4", "gpt-oss-mxfp4", "dsv3-fp8",
+                                    "ct-nvfp4", "modelopt-nvfp4", "bf16"])
+def test_every_synthetic_layout_and_its_conversion_has_no_error_finding(tmp_path, layout):
+    """fp4moe's own synthetic layouts (real data for the MoE, file holes elsewhere) and, where
+    convert applies, their conversions: no error finding, and the holes are reported as never
+    written (zero F32 block scales over a never-written weight are not a defect of their own)."""
+    src = tmp_path / layout
+    subprocess.run([str(FP4MOE), "synth", layout, str(src)], check=True, capture_output=True)
+    proc = run("check", src, "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, report["findings"]
+    assert {f["id"] for f in report["findings"]} <= {"all_zero_tensor"}, report["findings"]
+    assert report["tensors_never_written"] > 0
+    if layout in ("dsv4-mxfp4",):
+        out = tmp_path / "converted"
+        subprocess.run([str(FP4MOE), "convert", str(src), str(out)], check=True,
+                       capture_output=True)
+        converted = json.loads(run("check", out, "--json").stdout)
+        assert converted["verdict"] != "errors", converted["findings"]
+        assert converted["modules_checked"] == report["modules_checked"]
