@@ -26,7 +26,15 @@ if ! ./build/fuzz/fuzz/fuzz_safetensors_header "$corpus" -max_total_time="$secon
   exit 1
 fi
 end=$(date +%s)
-execs=$(grep -oP 'stat::number_of_executed_units:\s*\K[0-9]+' "$log" || echo "?")
+# A fuzzer that exits 0 without running anything (a harness that exits early, a build without
+# libFuzzer's driver) must not pass: -print_final_stats=1 ends the log with the number of
+# executed inputs, and it must be there and positive.
+execs=$(grep -oP '^stat::number_of_executed_units:\s*\K[0-9]+' "$log" | tail -n 1 || true)
+if [[ -z "$execs" || "$execs" -eq 0 ]]; then
+  tail -n 60 "$log"
+  echo "fuzz: FAILED (libFuzzer reported ${execs:-no} executions; see the log above)"
+  exit 1
+fi
 speed=$(grep -oP 'stat::average_exec_per_sec:\s*\K[0-9]+' "$log" || echo "?")
 cov=$(grep -oP '#[0-9]+\s+DONE\s+cov: \K[0-9]+' "$log" || echo "?")
 echo "fuzz: safetensors header parser (ASan+UBSan): $execs executions in $((end - start)) s" \

@@ -86,15 +86,17 @@ std::optional<kernels::WeightFormat> parse_format(const std::string& s) {
 
 // --repeat N: N whole rounds, each with its own bandwidth measurements, sorted by their ratio so
 // the median round is in the middle (a shared host's DRAM bandwidth drifts by +-15% between runs,
-// so one round's ratio is not a figure to report alone).
+// so one round's ratio is not a figure to report alone). `ratios` gets each round's ratio in the
+// order the rounds ran (the JSON's "round_ratios", so a reader can check the median).
 template <class RunOne, class Ratio>
-auto sorted_rounds(int repeat, RunOne run_one, Ratio ratio)
+auto sorted_rounds(int repeat, RunOne run_one, Ratio ratio, std::vector<double>& ratios)
     -> Result<std::vector<std::remove_cvref_t<decltype(*run_one())>>> {
   std::vector<std::remove_cvref_t<decltype(*run_one())>> rounds;
   for (int i = 0; i < repeat; ++i) {
     auto one = run_one();
     if (!one.ok()) return one.error();
     rounds.push_back(std::move(one).value());
+    ratios.push_back(ratio(rounds.back()));
   }
   std::sort(rounds.begin(), rounds.end(),
             [&](const auto& a, const auto& b) { return ratio(a) < ratio(b); });
@@ -135,13 +137,14 @@ int run_bench(const BenchOptions& o) {
   nlohmann::ordered_json j;
   if (o.gemv) {
     auto ratio = [](const dispatch::GemmBenchResult& g) { return g.bandwidth_ratio; };
+    std::vector<double> round_ratios;
     auto sorted = sorted_rounds(
         o.repeat,
         [&] {
           return dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool,
                                       *precision);
         },
-        ratio);
+        ratio, round_ratios);
     if (!sorted.ok()) {
       std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
       return 1;
@@ -166,7 +169,8 @@ int run_bench(const BenchOptions& o) {
          {"pack_s_per_gb", r->pack_s_per_gb},
          {"rounds", o.repeat},
          {"bandwidth_ratio_min", ratio(rounds.front())},
-         {"bandwidth_ratio_max", ratio(rounds.back())}};
+         {"bandwidth_ratio_max", ratio(rounds.back())},
+         {"round_ratios", round_ratios}};
     if (!o.json) {
       std::printf(
           "%s %s m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the %.2f GB/s "
@@ -184,13 +188,14 @@ int run_bench(const BenchOptions& o) {
     }
   } else {
     auto ratio = [](const moe::MoeBenchResult& m) { return m.ratio_to_bound; };
+    std::vector<double> round_ratios;
     auto sorted = sorted_rounds(
         o.repeat,
         [&] {
           return moe::bench_moe_layer(*format, isa, o.batch, min_bytes, o.seconds, pool,
                                       *precision);
         },
-        ratio);
+        ratio, round_ratios);
     if (!sorted.ok()) {
       std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
       return 1;
@@ -201,6 +206,7 @@ int run_bench(const BenchOptions& o) {
     j["rounds"] = o.repeat;
     j["ratio_to_bound_min"] = ratio(rounds.front());
     j["ratio_to_bound_max"] = ratio(rounds.back());
+    j["round_ratios"] = round_ratios;
     if (!o.json) {
       std::printf("%s\n", r->summary().c_str());
       if (o.repeat > 1) {

@@ -41,6 +41,7 @@ CpuFeatures detect() {
 }
 
 std::atomic<int> g_forced{-1};  // test hook; -1 = not set
+std::atomic<int> g_limit{-1};   // test hook: highest ISA host_supports() admits; -1 = not set
 
 }  // namespace
 
@@ -70,6 +71,8 @@ const CpuFeatures& cpu_features() {
 }
 
 bool host_supports(kernels::Isa isa) {
+  const int limit = g_limit.load(std::memory_order_acquire);
+  if (limit >= 0 && static_cast<int>(isa) > limit) return false;
   const CpuFeatures& f = cpu_features();
   switch (isa) {
     case kernels::Isa::kScalar:
@@ -126,6 +129,10 @@ std::optional<kernels::Isa> forced_isa() {
 
 void set_forced_isa(std::optional<kernels::Isa> isa) {
   g_forced.store(isa ? static_cast<int>(*isa) : -1, std::memory_order_release);
+}
+
+void set_host_isa_limit_for_testing(std::optional<kernels::Isa> limit) {
+  g_limit.store(limit ? static_cast<int>(*limit) : -1, std::memory_order_release);
 }
 
 }  // namespace fp4moe::dispatch

@@ -22,6 +22,7 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();
 
+// Whether the host can run `isa`'s kernels (and not above the test limit, if one is set).
 bool host_supports(kernels::Isa isa);
 std::vector<kernels::Isa> host_isas();  // scalar first, best last
 kernels::Isa best_host_isa();
@@ -31,5 +32,9 @@ Result<kernels::Isa> parse_isa(std::string_view name);
 std::optional<kernels::Isa> forced_isa();
 // Test hook: force an ISA for plans created afterwards (nullopt: back to FP4MOE_ISA / best).
 void set_forced_isa(std::optional<kernels::Isa> isa);
+// Test hook: make host_supports() (and so host_isas(), best_host_isa() and plans) treat every ISA
+// above `limit` as missing, as on an older CPU, so tests reach the unsupported-ISA paths on any
+// host (nullopt: the real host again). Never used outside tests.
+void set_host_isa_limit_for_testing(std::optional<kernels::Isa> limit);
 
 }  // namespace fp4moe::dispatch

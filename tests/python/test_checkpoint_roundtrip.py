@@ -16,6 +16,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+import safetensors
 from safetensors import _safetensors_rust as st_rust
 from safetensors import safe_open
 from safetensors.numpy import save_file
@@ -193,9 +194,22 @@ def test_adversarial_corpus_is_generated(tmp_path):
     assert not mismatch, f"regenerate with tests/tools/make_adversarial.py: {mismatch}"
 
 
+# The hostile files that the reference reader (safetensors' Rust `deserialize`, 0.8 in .venv)
+# accepts and our reader rejects on purpose (src/checkpoint/safetensors.cc), each with why. Every
+# other hostile file is broken by the reference's rules too.
+STRICTER_THAN_REFERENCE = {
+    "duplicate_metadata_key.safetensors": "a repeated metadata key: serde keeps the last silently",
+    "empty_name.safetensors": "an empty tensor name cannot be named by an index's weight_map",
+    "leading_space.safetensors": "the header must start with '{'; the reference skips whitespace",
+    "metadata_null.safetensors": "'__metadata__' must be an object; the reference reads null as none",
+    "unknown_field.safetensors": "an entry field we do not know could change what the entry means",
+}
+
+
 def test_adversarial_verdicts_against_reference():
     """Every hostile file is rejected by us; every file the reference rejects, we reject; the
-    valid controls are accepted by both (so the controls are valid by the reference's rules)."""
+    reference accepts exactly the files where we are stricter on purpose; the valid controls are
+    accepted by both (so the controls are valid by the reference's rules)."""
     manifest = json.loads((ADVERSARIAL / "expected.json").read_text())
     reference_accepts = []
     for name, expect in manifest["files"].items():
@@ -207,6 +221,11 @@ def test_adversarial_verdicts_against_reference():
             reference_accepts.append(name)
         except Exception:  # the reference raises several exception types for bad files
             pass
+    assert set(STRICTER_THAN_REFERENCE) <= set(manifest["files"]), "a listed file is gone"
+    assert sorted(reference_accepts) == sorted(STRICTER_THAN_REFERENCE), (
+        f"safetensors {safetensors.__version__} accepts {sorted(reference_accepts)}: a file not "
+        "in STRICTER_THAN_REFERENCE is malformed only by our rules (or the generator is wrong); "
+        "one missing from it no longer needs its entry")
     for name in manifest["valid_files"]:
         data = (ADVERSARIAL / "files" / name).read_bytes()
         assert run_tool("check", ADVERSARIAL / "files" / name).stdout == "ok\n"

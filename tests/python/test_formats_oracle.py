@@ -300,12 +300,24 @@ def oracle_fp8_block(x, ue8m0):
 
 @pytest.mark.parametrize("shape", [(1, 1), (128, 128), (129, 257), (300, 64)])
 @pytest.mark.parametrize("ue8m0", [False, True])
-def test_fp8_block128_matches_deepseek_recipe(rng, shape, ue8m0):
+@pytest.mark.parametrize("zero_block", [False, True])
+def test_fp8_block128_matches_deepseek_recipe(rng, shape, ue8m0, zero_block):
     x = rng.standard_normal(shape).astype(F32) * 3
-    x[:2, :5] = 0 if shape[0] > 2 else x[:2, :5]
+    gc = (shape[1] + 127) // 128
+    # With zero_block, the whole block (0, gc // 2) of the scale grid is zero: a full 128x128 block
+    # of (129, 257), the partial [:128, :64] of (300, 64), the whole tensor of one-block shapes.
+    zero = (slice(0, 128), slice(128 * (gc // 2), 128 * (gc // 2) + 128))
+    if zero_block:
+        x[zero] = 0
     q, scales = fp4moe.quantize_fp8_block128(x, ue8m0)
     o_q, o_scales = oracle_fp8_block(x, ue8m0)
     assert np.array_equal(scales, o_scales) and np.array_equal(q, o_q)
+    if zero_block:
+        # An all-zero block gets scale 1.0 (E8M0 code 127) and zero codes (block.h).
+        assert scales[0, gc // 2] == (127 if ue8m0 else F32(1.0)), scales
+        assert not q[zero].any()
+    else:
+        assert (scales != (127 if ue8m0 else 1.0)).all(), "a random block got the zero-block scale"
     deq = fp4moe.dequantize_fp8_block128(q, scales)
     scale_full = (np.ldexp(F32(1), o_scales.astype(np.int64) - 127).astype(F32) if ue8m0 else o_scales)
     scale_full = np.repeat(np.repeat(scale_full, 128, 0), 128, 1)[: shape[0], : shape[1]]

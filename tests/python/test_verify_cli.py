@@ -2,6 +2,7 @@
 before and after `fp4moe convert`, and on checkpoints that must fail."""
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -67,11 +68,53 @@ def test_verify_mxfp4_then_converted_nvfp4(tmp_path, rng):
     assert after["ok"] and all(l["expert_scheme"] == "nvfp4" for l in after["layers"])
 
 
+ISAS = ("scalar", "avx2", "avx512", "avx512_vnni")  # the nested levels, lowest first (kernels/types.h)
+# The level whose kernel an exact (W4A16) plan runs when asked for each ISA: every exact family has
+# kernels up to avx512 and none for avx512_vnni, so that one steps down (kernels/kernel_list.inc).
+EXACT_LEVEL = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512", "avx512_vnni": "avx512"}
+# One plan in MoeLayer::describe(): "<format> [N=.., K=..] -> <kernel> (<isa>: <why>; host: ...)".
+PLAN = re.compile(r"-> (\w+) \((\w+): ([^;]*)(?:; (no exact kernel for \w+, so \w+))?;")
+
+
+def plans(layer_json):
+    """(kernel, isa, why, step-down note) of each plan the layer describes: routed gate and down,
+    shared gate."""
+    found = PLAN.findall(layer_json["kernels"])
+    assert len(found) == 3, layer_json["kernels"]
+    return found
+
+
 def test_verify_every_isa_and_layer_selection(tmp_path, rng):
     make_dsv4(tmp_path / "mx", rng, layers=3)
-    out = run("verify", tmp_path / "mx", "--layers", "2", "--isa", "scalar", "--json")
-    assert out.returncode == 0, out.stderr
-    assert [l["layer"] for l in json.loads(out.stdout)["layers"]] == [2]
+    kernels = {}  # ISA asked for -> the three plans' kernel names
+    for isa in ISAS:
+        out = run("verify", tmp_path / "mx", "--layers", "2", "--isa", isa, "--json")
+        if out.returncode != 0:
+            # The levels are nested: once the host lacks one, it lacks every one above it.
+            assert "is not supported by this host" in out.stderr, (isa, out.stderr)
+            continue
+        assert list(kernels) == list(ISAS[:ISAS.index(isa)]), f"host runs {isa}, not all below it"
+        report = json.loads(out.stdout)
+        assert report["ok"] and [l["layer"] for l in report["layers"]] == [2]
+        used = EXACT_LEVEL[isa]
+        found = plans(report["layers"][0])
+        for kernel, kernel_isa, why, step_down in found:
+            assert kernel_isa == used and kernel.endswith("_" + used), (isa, kernel, kernel_isa)
+            assert why == "requested by the caller", (isa, why)
+            # describe() names the step down when the family has no kernel at the level asked for.
+            assert step_down == ("" if used == isa else f"no exact kernel for {isa}, so {used}"), isa
+        kernels[isa] = [k for k, _, _, _ in found]
+    supported = list(kernels)
+    assert supported[:1] == ["scalar"], "scalar must run on every host"
+    # Without --isa: the host's best level, the same kernels as asking for it by name (unless
+    # FP4MOE_ISA in the environment forces one).
+    if not os.environ.get("FP4MOE_ISA"):
+        best = run("verify", tmp_path / "mx", "--layers", "2", "--json")
+        assert best.returncode == 0, best.stderr
+        best_plans = plans(json.loads(best.stdout)["layers"][0])
+        assert [k for k, _, _, _ in best_plans] == kernels[supported[-1]], (supported, best_plans)
+        assert all(why == "best ISA of this host" for _, _, why, _ in best_plans), best_plans
+    print(f"verify ran on {supported}")
     bad_layer = run("verify", tmp_path / "mx", "--layers", "7")
     assert bad_layer.returncode == 1 and "layer 7" in bad_layer.stderr
 

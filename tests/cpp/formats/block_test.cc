@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -14,6 +15,10 @@ namespace fp4moe::formats {
 namespace {
 
 constexpr uint32_t kSeed = 20261129;
+// NVFP4 elements, in units of the block's E2M1 step: float32 rounding of the scale product, of
+// x / (s * scale_2) and of y moves a value by a few ulps of the block's largest value (6 units);
+// 6 * 2^-21 is 4x that, and far below the 1/4 unit of one wrong code.
+constexpr double kFloat32SlackUnits = 6.0 * 0x1p-21;
 
 std::vector<float> random_tensor(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -21,6 +26,30 @@ std::vector<float> random_tensor(size_t n, uint32_t seed) {
   std::vector<float> x(n);
   for (float& v : x) v = dist(gen);
   return x;
+}
+
+// Independent expectations (double arithmetic, FORMATS.md), so a test does not measure the
+// quantizers' error in the scale the quantizer itself picked.
+
+// The UE4M3 code of v > 0 rounded to nearest, ties to even, saturated at 448: the grid step is
+// 2^(e-3) in the binade [2^e, 2^(e+1)) for e >= -6, and 2^-9 (subnormals) below 2^-6.
+uint8_t expected_ue4m3_code(double v) {
+  const int e = std::max(static_cast<int>(std::floor(std::log2(v))), -6);
+  const double step = std::ldexp(1.0, e - 3);
+  const double r = std::min(std::nearbyint(v / step) * step, 448.0);  // FE_TONEAREST: ties even
+  if (r < std::ldexp(1.0, -6)) return static_cast<uint8_t>(r / std::ldexp(1.0, -9));
+  const int re = static_cast<int>(std::floor(std::log2(r)));
+  return static_cast<uint8_t>(((re + 7) << 3) | static_cast<int>(r / std::ldexp(1.0, re) * 8 - 8));
+}
+
+// Half the gap between the two E2M1 magnitudes around v >= 0 (grid 0, .5, 1, 1.5, 2, 3, 4, 6):
+// the most a round-to-nearest code can be off. Past 6 (saturation) the top gap's half.
+double e2m1_half_gap(double v) { return v < 2.0 ? 0.25 : (v < 4.0 ? 0.5 : 1.0); }
+
+// Half the gap between the two E4M3 magnitudes around 0 <= v <= 448.
+double e4m3_half_gap(double v) {
+  const int e = v < std::ldexp(1.0, -6) ? -6 : static_cast<int>(std::floor(std::log2(v)));
+  return std::ldexp(1.0, e - 4);
 }
 
 TEST(FormatTable, RowsDescribeTheFormats) {
@@ -60,17 +89,31 @@ TEST(Nvfp4, NaNNamesPositionAndWritesNothing) {
 
 TEST(Nvfp4, RoundTripErrorWithinHalfStep) {
   const int64_t rows = 33, cols = 4096;
-  const auto x = random_tensor(rows * cols, kSeed);
+  auto x = random_tensor(rows * cols, kSeed);
+  std::fill(x.begin() + 16, x.begin() + 32, 0.0f);  // block 1: all zero
   auto scale = nvfp4_tensor_scale("w", x);
   ASSERT_TRUE(scale.ok());
+  // The recipe's two float32 steps (ModelOpt's op order, FORMATS.md §2): scale_2 = amax / (6*448)
+  // and each block's ratio amax_block / (6 * scale_2); the E4M3 rounding of the ratio is done above
+  // in double.
+  float amax = 0.0f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale_2 = amax / (6.0f * 448.0f);
+  ASSERT_EQ(*scale, scale_2);
   std::vector<uint8_t> packed(x.size() / 2), scales(x.size() / 16);
   ASSERT_TRUE(quantize_nvfp4("w", x, rows, cols, *scale, packed, scales).ok());
   std::vector<float> y(x.size());
   ASSERT_TRUE(dequantize_nvfp4("w", packed, scales, *scale, rows, cols, y).ok());
   for (size_t b = 0; b < x.size() / 16; ++b) {
-    const float step = decode_ue4m3(scales[b]) * *scale;  // the E2M1 grid spacing is <= 2 steps
+    float block_max = 0.0f;
+    for (size_t i = b * 16; i < b * 16 + 16; ++i) block_max = std::max(block_max, std::fabs(x[i]));
+    const uint8_t code =
+        expected_ue4m3_code(block_max == 0.0f ? 1.0 : block_max / (6.0f * scale_2));
+    ASSERT_EQ(scales[b], code) << "block " << b << " amax " << block_max << " seed " << kSeed;
+    const double unit = double(decode_ue4m3(code)) * scale_2;  // one E2M1 unit in this block
     for (size_t i = b * 16; i < b * 16 + 16; ++i) {
-      ASSERT_LE(std::fabs(x[i] - y[i]), step * 1.0f + 1e-6f) << "seed " << kSeed << " i " << i;
+      const double bound = (e2m1_half_gap(std::fabs(x[i]) / unit) + kFloat32SlackUnits) * unit;
+      ASSERT_LE(std::fabs(double(x[i]) - y[i]), bound) << "seed " << kSeed << " i " << i;
     }
   }
 }
@@ -81,13 +124,26 @@ TEST(Mxfp4, RoundTripAndZeroBlockScale) {
   std::fill(x.begin(), x.begin() + 32, 0.0f);
   std::vector<uint8_t> packed(x.size() / 2), scales(x.size() / 32);
   ASSERT_TRUE(quantize_mxfp4("w", x, rows, cols, MxScaleRule::kOcpFloor, packed, scales).ok());
-  EXPECT_EQ(scales[0], 127);  // all-zero block: X = 1.0
   std::vector<float> y(x.size());
   ASSERT_TRUE(dequantize_mxfp4("w", packed, scales, rows, cols, y).ok());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float scale = decode_e8m0(scales[i / 32]);
-    // OCP floor may clip the block maximum by up to 25% (values in (6X, 8X) become 6X).
-    ASSERT_LE(std::fabs(x[i] - y[i]), 2.0f * scale) << "seed " << kSeed + 1 << " i " << i;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    double amax = 0.0;
+    for (size_t i = b * 32; i < b * 32 + 32; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    // OCP floor: X = 2^(floor(log2 amax) - 2); an all-zero block X = 1.0 (code 127).
+    const int exponent = amax == 0.0 ? 0 : static_cast<int>(std::floor(std::log2(amax))) - 2;
+    ASSERT_EQ(scales[b], exponent + 127) << "block " << b << " amax " << amax;
+    const double X = std::ldexp(1.0, exponent);
+    for (size_t i = b * 32; i < b * 32 + 32; ++i) {
+      const double v = std::fabs(double(x[i])) / X;  // exact: X is a power of two
+      if (v > 6.0) {
+        // OCP floor puts amax in [4X, 8X): values past 6X clip to +-6X (up to 25% off).
+        ASSERT_EQ(y[i], std::copysign(6.0 * X, x[i])) << "seed " << kSeed + 1 << " i " << i;
+      } else {
+        // Division and product by a power of two are exact: only the E2M1 rounding is left.
+        ASSERT_LE(std::fabs(double(x[i]) - y[i]), e2m1_half_gap(v) * X)
+            << "seed " << kSeed + 1 << " i " << i;
+      }
+    }
   }
 }
 
@@ -99,8 +155,30 @@ TEST(Fp8Block, PartialEdgeBlocksAndUe8m0Scales) {
   ASSERT_TRUE(quantize_fp8_block128_ue8m0("w", x, rows, cols, q, scales).ok());
   std::vector<float> y(x.size());
   ASSERT_TRUE(dequantize_fp8_block128_ue8m0("w", q, scales, rows, cols, y).ok());
-  for (size_t i = 0; i < x.size(); ++i) {
-    ASSERT_NEAR(x[i], y[i], std::fabs(x[i]) * 0.0625f + 1e-3f) << "seed " << kSeed + 2;
+  for (int64_t br = 0; br < 2; ++br) {
+    for (int64_t bc = 0; bc < 3; ++bc) {
+      // Block (br, bc) covers rows [128 br, min(128 br + 128, rows)), the same for columns.
+      const int64_t r1 = std::min<int64_t>(128 * br + 128, rows);
+      const int64_t c1 = std::min<int64_t>(128 * bc + 128, cols);
+      double amax = 0.0;
+      for (int64_t r = 128 * br; r < r1; ++r) {
+        for (int64_t c = 128 * bc; c < c1; ++c) {
+          amax = std::max(amax, std::fabs(double(x[r * cols + c])));
+        }
+      }
+      // UE8M0: S = 2^ceil(log2(amax / 448)), the power of two at or above the FP8 scale.
+      const int exponent = static_cast<int>(std::ceil(std::log2(amax / 448.0)));
+      ASSERT_EQ(scales[br * 3 + bc], exponent + 127) << "block " << br << "," << bc;
+      const double S = std::ldexp(1.0, exponent);
+      for (int64_t r = 128 * br; r < r1; ++r) {
+        for (int64_t c = 128 * bc; c < c1; ++c) {
+          const size_t i = r * cols + c;
+          // x / S <= 448 and S is a power of two: only the E4M3 rounding is left.
+          ASSERT_LE(std::fabs(double(x[i]) - y[i]), e4m3_half_gap(std::fabs(double(x[i])) / S) * S)
+              << "seed " << kSeed + 2 << " [" << r << ", " << c << "]";
+        }
+      }
+    }
   }
 }
 

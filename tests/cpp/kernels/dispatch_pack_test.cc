@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,24 +61,59 @@ TEST(Dispatch, EveryFormatHasAKernelAtEveryIsaLevel) {
   EXPECT_EQ(kernels::best_kernel(WeightFormat::kMxfp4, Isa::kAvx512Vnni)->isa, Isa::kAvx512);
 }
 
+// Resets the dispatch test hooks when a test ends, also when an ASSERT returns early, so no later
+// test runs forced or under an ISA limit.
+struct DispatchHooksReset {
+  ~DispatchHooksReset() {
+    dispatch::set_forced_isa(std::nullopt);
+    dispatch::set_host_isa_limit_for_testing(std::nullopt);
+  }
+};
+
+// Under each ISA limit the host can meet (as on an older CPU), a forced ISA at or below the limit
+// gets the plan of that level, and one above it is an Error that says so: on any host, both
+// branches run (an AVX-512 host has no unsupported ISA of its own).
 TEST(Dispatch, ForcedIsaIsUsedAndUnsupportedIsaIsAnError) {
+  DispatchHooksReset reset;
   std::mt19937 rng(1);
   testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kMxfp4, 16, 64, rng);
-  for (Isa isa : kernels::kAllIsas) {
-    dispatch::set_forced_isa(isa);
-    auto plan = dispatch::LinearPlan::create(w.packed.view());
-    if (dispatch::host_supports(isa)) {
-      ASSERT_TRUE(plan.ok()) << plan.error().message;
-      EXPECT_EQ(plan->kernel().isa, kernels::best_kernel(WeightFormat::kMxfp4, isa)->isa);
-      EXPECT_EQ(plan->isa(), plan->kernel().isa);
-      EXPECT_NE(plan->describe().find(plan->kernel().name), std::string::npos);
-      EXPECT_NE(plan->describe().find("forced"), std::string::npos) << plan->describe();
-    } else {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_NE(plan.error().message.find("not supported"), std::string::npos);
+  const std::vector<Isa> real = dispatch::host_isas();
+  int refused = 0;
+  for (Isa limit : real) {
+    dispatch::set_host_isa_limit_for_testing(limit);
+    const std::vector<Isa> limited(real.begin(), std::find(real.begin(), real.end(), limit) + 1);
+    EXPECT_EQ(dispatch::host_isas(), limited) << "limit " << kernels::isa_name(limit);
+    for (Isa isa : kernels::kAllIsas) {
+      SCOPED_TRACE(std::string("limit ") + std::string(kernels::isa_name(limit)) + ", forced " +
+                   std::string(kernels::isa_name(isa)));
+      dispatch::set_forced_isa(isa);
+      auto plan = dispatch::LinearPlan::create(w.packed.view());
+      if (isa <= limit) {
+        ASSERT_TRUE(plan.ok()) << plan.error().message;
+        EXPECT_EQ(plan->kernel().isa, kernels::best_kernel(WeightFormat::kMxfp4, isa)->isa);
+        EXPECT_EQ(plan->isa(), plan->kernel().isa);
+        EXPECT_NE(plan->describe().find(plan->kernel().name), std::string::npos);
+        EXPECT_NE(plan->describe().find("forced"), std::string::npos) << plan->describe();
+      } else {
+        ASSERT_FALSE(plan.ok()) << plan->describe();
+        EXPECT_NE(plan.error().message.find("ISA " + std::string(kernels::isa_name(isa)) +
+                                            " is not supported by this host"),
+                  std::string::npos)
+            << plan.error().message;
+        ++refused;
+      }
+    }
+    // Not forced: the best level under the limit.
+    dispatch::set_forced_isa(std::nullopt);
+    if (!dispatch::forced_isa()) {  // FP4MOE_ISA in the environment would force one
+      auto best = dispatch::LinearPlan::create(w.packed.view());
+      ASSERT_TRUE(best.ok()) << best.error().message;
+      EXPECT_EQ(best->kernel().isa, kernels::best_kernel(WeightFormat::kMxfp4, limit)->isa);
     }
   }
-  dispatch::set_forced_isa(std::nullopt);
+  EXPECT_GT(refused, 0) << "the unsupported-ISA branch never ran";
+  dispatch::set_host_isa_limit_for_testing(std::nullopt);
+  EXPECT_EQ(dispatch::host_isas(), real);
   auto best = dispatch::LinearPlan::create(w.packed.view());
   ASSERT_TRUE(best.ok());
   if (!dispatch::forced_isa()) {
