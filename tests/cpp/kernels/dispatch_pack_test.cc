@@ -1,4 +1,5 @@
-// Dispatch (ISA detection, forcing, describe) and pack/ (layout and bad input); the thread pool has tests/cpp/core/
+// Dispatch (ISA detection, forcing, describe) and pack/ (layout and bad input); the thread pool has
+// tests/cpp/core/
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -205,21 +206,8 @@ TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
       const int64_t begin = tiles * t / tasks, end = tiles * (t + 1) / tasks;
       std::vector<float> piece(m * w.n, std::nanf(""));
       plan->run_tiles(x.data(), k, m, piece.data(), w.n, begin, end);
-      const int64_t row_begin = begin * kernels::kTileRows;
-      const int64_t row_end = std::min(w.n, end * kernels::kTileRows);
-      int failures = 0;
-      for (int64_t i = 0; i < m && failures < 5; ++i) {
-        for (int64_t j = 0; j < w.n && failures < 5; ++j) {
-          const float got = piece[i * w.n + j];
-          const bool mine = j >= row_begin && j < row_end;
-          if (mine ? std::memcmp(&got, &one[i * w.n + j], sizeof(float)) != 0 : !std::isnan(got)) {
-            ADD_FAILURE() << "task tiles [" << begin << ", " << end << "): y[" << i << ", " << j
-                          << "] = " << got << (mine ? ", one thread gave " : ", outside its rows")
-                          << (mine ? std::to_string(one[i * w.n + j]) : std::string());
-            ++failures;
-          }
-        }
-      }
+      SCOPED_TRACE("task tiles [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+      testing::expect_only_tile_range_written(piece, one, m, w.n, begin, end);
     }
   }
 }

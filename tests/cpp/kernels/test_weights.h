@@ -2,8 +2,12 @@
 // FP32 values (the reference's view) and the packed kernel layout.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -94,6 +98,29 @@ inline std::vector<float> random_activations(int64_t m, int64_t k, std::mt19937&
   std::vector<float> x(static_cast<size_t>(m * k));
   for (float& v : x) v = normal(rng);
   return x;
+}
+
+// A product over the tile range [tile_begin, tile_end) into a NaN-filled `piece` [m, n]: the rows
+// of those tiles must equal `whole` bit for bit and every other output must still be NaN (a kernel
+// writes only its own tiles, which the thread pool relies on). Reports at most 5 outputs.
+inline void expect_only_tile_range_written(const std::vector<float>& piece,
+                                           const std::vector<float>& whole, int64_t m, int64_t n,
+                                           int64_t tile_begin, int64_t tile_end) {
+  const int64_t row_begin = tile_begin * kernels::kTileRows;
+  const int64_t row_end = std::min(n, tile_end * kernels::kTileRows);
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    for (int64_t j = 0; j < n && failures < 5; ++j) {
+      const float got = piece[i * n + j];
+      const bool mine = j >= row_begin && j < row_end;
+      if (mine ? std::memcmp(&got, &whole[i * n + j], sizeof(float)) != 0 : !std::isnan(got)) {
+        ADD_FAILURE() << "y[" << i << ", " << j << "] = " << got
+                      << (mine ? ", the whole call gave " + std::to_string(whole[i * n + j])
+                               : std::string(", outside the piece's rows"));
+        ++failures;
+      }
+    }
+  }
 }
 
 }  // namespace fp4moe::testing
