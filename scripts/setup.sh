@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(cmake g++ clang libclang-rt-14-dev make nlohmann-json3-dev libcli11-dev libfmt-dev
+apt_packages=(cmake g++ clang libclang-rt-14-dev make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
               libgtest-dev libgmock-dev libbenchmark-dev libsimde-dev python3-venv)
 missing=()
 for pkg in "${apt_packages[@]}"; do

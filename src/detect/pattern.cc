@@ -1,6 +1,8 @@
 // Module-name pattern matching: regex, glob and component-aligned bare names (see pattern.h).
 #include "detect/pattern.h"
 
+#include <re2/re2.h>
+
 #include <utility>
 
 namespace fp4moe::detect {
@@ -81,12 +83,14 @@ Result<Pattern> Pattern::parse(std::string text, std::string_view where) {
   }
   if (text.rfind("re:", 0) == 0) {
     p.kind_ = Kind::kRegex;
-    try {
-      p.regex_ = std::make_shared<const std::regex>(text.substr(3), std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return Error{std::string(where) + ": pattern '" + text +
-                   "' is not a valid regex: " + e.what()};
+    re2::RE2::Options options;
+    options.set_log_errors(false);
+    auto regex = std::make_shared<const re2::RE2>(text.substr(3), options);
+    if (!regex->ok()) {
+      return Error{std::string(where) + ": pattern '" + text + "' is not a valid regex (RE2 " +
+                   "syntax: Python's, without backreferences or lookaround): " + regex->error()};
     }
+    p.regex_ = std::move(regex);
   } else if (text.find_first_of("*?[") != std::string::npos) {
     p.kind_ = Kind::kGlob;
   } else {
@@ -100,9 +104,8 @@ bool Pattern::matches(std::string_view module) const {
   switch (kind_) {
     case Kind::kRegex: {
       // Python re.match: anchored at the start only.
-      std::match_results<std::string_view::const_iterator> m;
-      return std::regex_search(module.begin(), module.end(), m, *regex_,
-                               std::regex_constants::match_continuous);
+      return regex_->Match(re2::StringPiece(module.data(), module.size()), 0, module.size(),
+                           re2::RE2::ANCHOR_START, nullptr, 0);
     }
     case Kind::kGlob:
       // A glob that names a container ("model.layers.*.self_attn") covers the modules inside it.

@@ -2,7 +2,8 @@
 // targets / quantized_layers keys) and the semantics this tool gives each dialect.
 //
 // Our semantics (documented because engines differ; see `alternative_matches`):
-//   "re:<regex>"  Python re.match: anchored at the start, not at the end (compressed-tensors).
+//   "re:<regex>"  Python re.match: anchored at the start, not at the end (compressed-tensors),
+//                 matched by RE2 in linear time (Python syntax less lookaround/backreferences).
 //   glob          a pattern with * ? or [..]: fnmatch over the whole name or over a dotted
 //                 prefix of it (a container: "model.layers.*.self_attn" covers q_proj inside);
 //                 `*` crosses dots, so "model.layers.1*" also matches layers 10-19.
@@ -13,13 +14,16 @@
 #pragma once
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
+
+namespace re2 {
+class RE2;
+}
 
 namespace fp4moe::detect {
 
@@ -43,7 +47,10 @@ class Pattern {
  private:
   Kind kind_ = Kind::kName;
   std::string text_;
-  std::shared_ptr<const std::regex> regex_;  // shared: patterns are copied into rule lists
+  // RE2: linear time in the module name whatever the pattern (a config is untrusted input; a
+  // backtracking engine takes exponential time on "re:(.*.*)*z"). Shared: patterns are copied
+  // into rule lists.
+  std::shared_ptr<const re2::RE2> regex_;
 };
 
 // fnmatch-style glob: * (any run, dots included), ? (one char), [abc] / [!abc] / [a-z].

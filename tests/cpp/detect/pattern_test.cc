@@ -64,6 +64,22 @@ TEST(Pattern, RegexIsAnchoredAtStartOnly) {
   EXPECT_TRUE(start.matches("mlp.fc1"));
 }
 
+// Catastrophic backtracking patterns (a 60-byte config held `re:(.*.*)*z`) match in linear time:
+// with a backtracking engine each of these calls would take longer than the test's timeout.
+TEST(Pattern, HostileRegexesMatchInLinearTime) {
+  const std::string long_name = "model.layers.61.mlp.experts.255.gate_proj" + std::string(4000, 'a');
+  for (const char* hostile : {"re:(.*.*)*z", "re:(a+)+$b", "re:(a|aa)*c", "re:(.*a){20}z"}) {
+    SCOPED_TRACE(hostile);
+    const Pattern p = parse(hostile);
+    EXPECT_FALSE(p.matches(long_name));
+    EXPECT_FALSE(p.matches(std::string(100000, 'a')));
+  }
+  // Python's syntax that RE2 lacks (lookaround, backreferences) is an error naming the entry.
+  auto look = Pattern::parse("re:(?!mtp).*", "config.json quantization_config.ignore");
+  ASSERT_FALSE(look.ok());
+  EXPECT_NE(look.error().message.find("without backreferences or lookaround"), std::string::npos);
+}
+
 TEST(Pattern, BadInputIsAnError) {
   EXPECT_FALSE(Pattern::parse("re:(unclosed", "cfg").ok());
   EXPECT_FALSE(Pattern::parse("", "cfg").ok());
