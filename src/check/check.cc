@@ -42,12 +42,12 @@ constexpr size_t kMaxExamples = 5;
 // Per-tensor scales outside this range of implied |w|max cannot be a real weight's: LLM weights
 // have |w|max between about 1e-4 and 1e3 (2^-20 and 2^12 leave wide margins both ways).
 constexpr double kPlausibleAmaxLow = 0x1p-20, kPlausibleAmaxHigh = 0x1p12;
-constexpr double kOutlierRatio = 100.0;      // weight_magnitude_outlier: RMS vs peers' median
-constexpr double kZeroBlockShare = 0.5;      // all_zero_blocks_share
-constexpr double kConstantShare = 0.9;       // scale_range_suspicious: share of constant lines
-constexpr double kChanceShare = 0.45;        // ...that chance alone would give at most
-constexpr int kMinGridForLayout = 4;         // ...judged only on grids of at least 4 lines
-constexpr int kMinLineForLayout = 8;         // ...of at least 8 blocks each (see layout_suspicion)
+constexpr double kOutlierRatio = 100.0;  // weight_magnitude_outlier: RMS vs peers' median
+constexpr double kZeroBlockShare = 0.5;  // all_zero_blocks_share
+constexpr double kConstantShare = 0.9;   // scale_range_suspicious: share of constant lines
+constexpr double kChanceShare = 0.45;    // ...that chance alone would give at most
+constexpr int kMinGridForLayout = 4;     // ...judged only on grids of at least 4 lines
+constexpr int kMinLineForLayout = 8;     // ...of at least 8 blocks each (see layout_suspicion)
 // gate_up_scale_mismatch: vLLM compares w1/w3 weight_scale_2 with torch.allclose (rtol 1e-5);
 // below that relative difference keeping w1's scale is exact to float precision.
 constexpr double kGateUpRelTolerance = 1e-5;
@@ -92,8 +92,8 @@ struct ModuleStats {
   bool convention_flagged = false;  // global_scale_convention: tensor_scale is the other reading
   bool values_trusted = true;       // false: a per-tensor scale is not a positive number
   bool checked = false;             // its tensors were located and fit: scales were read
-  double rms = -1.0;  // of the sampled dequantized weights; < 0 when not sampled
-  int64_t never_written = 0;  // tensors of the module that are file holes
+  double rms = -1.0;                // of the sampled dequantized weights; < 0 when not sampled
+  int64_t never_written = 0;        // tensors of the module that are file holes
   uint64_t scale_bytes = 0, weight_bytes = 0;
   Sink sink;
 };
@@ -166,9 +166,8 @@ void read_ahead(std::span<const std::byte> bytes) {
 }
 
 bool is_hole(const Located& t) {
-  return checkpoint::is_file_hole(t.file->path(),
-                                  t.file->header().data_offset() + t.info->data_begin,
-                                  t.info->byte_size());
+  return checkpoint::is_file_hole(
+      t.file->path(), t.file->header().data_offset() + t.info->data_begin, t.info->byte_size());
 }
 
 bool is_quantized(Scheme s) {
@@ -414,6 +413,21 @@ class ModuleChecker {
     if (st.scheme == Scheme::kNvfp4 && p.tensor_scale.info == nullptr) {
       return shape_error(p, st, "no per-tensor scale (weight_scale_2 or weight_global_scale)");
     }
+    // The loops below index one byte per packed pair / FP8 code and one byte (or one F32) per
+    // block scale: other storage widths would read past the tensor, so they are a finding.
+    if (checkpoint::dtype_bits(w.dtype) != 8) {
+      return shape_error(p, st, "the weight is not stored in bytes (U8/I8/F8)");
+    }
+    if (p.scale.info != nullptr) {
+      const DType sd = p.scale.info->dtype;
+      const bool byte_scale = sd == DType::U8 || sd == DType::F8_E4M3 || sd == DType::F8_E8M0;
+      const bool f32_scale = sd == DType::F32 && st.scheme == Scheme::kFp8Block;
+      if (!byte_scale && !f32_scale) {
+        return shape_error(p, st,
+                           "block scales stored as " + std::string(checkpoint::dtype_name(sd)) +
+                               " (expected U8, F8_E4M3 or F8_E8M0; F32 for FP8 blocks)");
+      }
+    }
     if (st.scheme == Scheme::kFp8Block || st.scheme == Scheme::kFp8Tensor) {
       if (w.shape.size() != 2) return shape_error(p, st, "not a 2-D weight");
       p.rows = w.shape[0];
@@ -464,6 +478,9 @@ class ModuleChecker {
     p.rows = scale_rows;
     p.blocks_per_row = s.back();
     p.row_bytes = s.back() * bytes_per_block;
+    if (static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(p.row_bytes) != w.byte_size()) {
+      return shape_error(p, st, "the packed weight's bytes do not match the scale grid");
+    }
     return true;
   }
 
@@ -585,18 +602,20 @@ class ModuleChecker {
     if (!v || !std::isfinite(*v) || *v <= 0 || !(max_block_scale > 0)) return;
     const double as_multiplier = 6.0 * max_block_scale * *v;
     const double as_divisor = 6.0 * max_block_scale / *v;
-    const auto plausible = [](double a) { return a >= kPlausibleAmaxLow && a <= kPlausibleAmaxHigh; };
+    const auto plausible = [](double a) {
+      return a >= kPlausibleAmaxLow && a <= kPlausibleAmaxHigh;
+    };
     const double named = p.divisor ? as_divisor : as_multiplier;
     const double other = p.divisor ? as_multiplier : as_divisor;
     if (!plausible(named) && plausible(other)) {
-      st.sink.add("global_scale_convention", 1,
-                  {p.tensor_scale.info->name, -1, -1,
-                   fmt::format("{} = {:.6g}, largest block scale {:.6g}: as the {} its name says, "
-                               "|w|max = {:.3g}; as a {}, |w|max = {:.3g}",
-                               p.divisor ? "weight_global_scale" : "weight_scale_2", *v,
-                               max_block_scale,
-                               p.divisor ? "divisor (compressed-tensors)" : "multiplier (ModelOpt)",
-                               named, p.divisor ? "multiplier" : "divisor", other)});
+      st.sink.add(
+          "global_scale_convention", 1,
+          {p.tensor_scale.info->name, -1, -1,
+           fmt::format("{} = {:.6g}, largest block scale {:.6g}: as the {} its name says, "
+                       "|w|max = {:.3g}; as a {}, |w|max = {:.3g}",
+                       p.divisor ? "weight_global_scale" : "weight_scale_2", *v, max_block_scale,
+                       p.divisor ? "divisor (compressed-tensors)" : "multiplier (ModelOpt)", named,
+                       p.divisor ? "multiplier" : "divisor", other)});
       st.tensor_scale = p.divisor ? *v : 1.0 / *v;
       st.convention_flagged = true;
     }
@@ -628,8 +647,8 @@ class ModuleChecker {
                                                                : p.row_bytes;
     for (int64_t i = 0; i < row_count; ++i) {
       const int64_t r = every_row ? i : picked[static_cast<size_t>(i)];
-      const auto row = bytes.subspan(static_cast<size_t>(r * p.row_bytes),
-                                     static_cast<size_t>(p.row_bytes));
+      const auto row =
+          bytes.subspan(static_cast<size_t>(r * p.row_bytes), static_cast<size_t>(p.row_bytes));
       st.weight_bytes += row.size();
       for (int64_t b0 = 0; b0 < p.row_bytes; b0 += block_bytes) {
         const int64_t b = b0 / block_bytes;
@@ -1080,6 +1099,9 @@ Result<CheckReport> check_checkpoint(const fs::path& dir, const CheckOptions& op
   read_ahead_chunk(0);
   uint64_t done_bytes = 0;
   for (size_t begin = 0; begin < work.size(); begin += kModulesPerProgressStep) {
+    if (options.cancel != nullptr && options.cancel->load()) {
+      return Error{dir.string() + ": check interrupted", ErrorKind::kInterrupted};
+    }
     const size_t end = std::min(work.size(), begin + kModulesPerProgressStep);
     read_ahead_chunk(end);
     pool.run(static_cast<int64_t>(end - begin), [&](int64_t i, int) {
@@ -1152,8 +1174,7 @@ Result<CheckReport> check_checkpoint(const fs::path& dir, const CheckOptions& op
   report.memory_bound_bytes =
       static_cast<uint64_t>(pool.size()) *
       (static_cast<uint64_t>(widest) + sample_index_bytes + 256 * sizeof(int64_t) + 4096);
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 
@@ -1163,10 +1184,11 @@ nlohmann::json to_json(const CheckReport& r) {
     const FindingInfo* info = find_finding(f.id);
     nlohmann::json examples = nlohmann::json::array();
     for (const auto& e : f.examples) {
-      examples.push_back({{"tensor", e.tensor},
-                          {"row", e.row < 0 ? nlohmann::json(nullptr) : nlohmann::json(e.row)},
-                          {"block", e.block < 0 ? nlohmann::json(nullptr) : nlohmann::json(e.block)},
-                          {"detail", e.detail}});
+      examples.push_back(
+          {{"tensor", e.tensor},
+           {"row", e.row < 0 ? nlohmann::json(nullptr) : nlohmann::json(e.row)},
+           {"block", e.block < 0 ? nlohmann::json(nullptr) : nlohmann::json(e.block)},
+           {"detail", e.detail}});
     }
     findings.push_back({{"id", f.id},
                         {"severity", to_string(f.severity)},
@@ -1178,7 +1200,9 @@ nlohmann::json to_json(const CheckReport& r) {
   }
   return {{"schema_version", 1},
           {"path", r.path.string()},
-          {"verdict", r.has_error() ? "errors" : r.findings.empty() ? "clean" : "warnings"},
+          {"verdict", r.has_error()        ? "errors"
+                      : r.findings.empty() ? "clean"
+                                           : "warnings"},
           {"sampled", r.sampled},
           {"seed", r.seed},
           {"modules_checked", r.modules_checked},

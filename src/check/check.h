@@ -11,6 +11,7 @@
 // checked; only a directory that is not a checkpoint at all is an error.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -64,11 +65,13 @@ struct CheckFinding {
 };
 
 struct CheckOptions {
-  bool full = false;        // read every weight byte, not a sample
-  uint64_t seed = 0x5eed;   // the weight sample: the same seed picks the same rows
-  int sample_rows = 16;     // rows sampled per weight tensor (all when full)
-  int threads = 0;          // 0: the process-wide pool
+  bool full = false;       // read every weight byte, not a sample
+  uint64_t seed = 0x5eed;  // the weight sample: the same seed picks the same rows
+  int sample_rows = 16;    // rows sampled per weight tensor (all when full)
+  int threads = 0;         // 0: the process-wide pool
   std::function<void(uint64_t bytes_done, uint64_t bytes_total)> on_progress;
+  // Set (e.g. by SIGINT) to stop between groups of modules: the error is ErrorKind::kInterrupted.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct CheckReport {
@@ -78,8 +81,8 @@ struct CheckReport {
   int64_t tensors_never_written = 0;   // tensors that are file holes (sparse checkpoints)
   uint64_t scale_bytes_read = 0;
   uint64_t weight_bytes_read = 0;
-  uint64_t bytes_total = 0;            // all tensor bytes of the checkpoint
-  uint64_t memory_bound_bytes = 0;     // the most a thread holds at once (sample buffers)
+  uint64_t bytes_total = 0;         // all tensor bytes of the checkpoint
+  uint64_t memory_bound_bytes = 0;  // the most a thread holds at once (sample buffers)
   double seconds = 0.0;
   bool sampled = true;
   uint64_t seed = 0;

@@ -91,13 +91,18 @@ Result<nlohmann::json> read_json_file(const fs::path& path) {
   if (!in.read(text.data(), static_cast<std::streamsize>(size))) {
     return Error{label + ": cannot read"};
   }
+  return parse_json_text(text, label);
+}
+
+Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view label) {
   if (json_depth_exceeding(text, kMaxJsonDepth) != 0) {
-    return Error{label + ": JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+    return Error{std::string(label) + ": JSON nesting deeper than " +
+                 std::to_string(kMaxJsonDepth) + " levels"};
   }
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    return Error{label + ": invalid JSON: " + e.what()};
+    return Error{std::string(label) + ": invalid JSON: " + e.what()};
   }
 }
 

@@ -29,6 +29,9 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a JSON side file; absent = null, unreadable/invalid/too deep = error naming the file.
 Result<nlohmann::json> read_json_file(const std::filesystem::path& path);
+// The same rules on JSON text already in memory (nesting capped before parsing, so a hostile
+// text cannot exhaust the stack); `label` names the source in errors.
+Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view label);
 
 // Top-level regular files of `dir` that are not weights (tokenizer, generation config, chat
 // template, config.json, ...): what a converter copies unchanged. Skips hidden files and weight

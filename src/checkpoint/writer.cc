@@ -58,20 +58,31 @@ Status write_file(const fs::path& path, std::string_view content) {
 
 Status fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Error{dir.string() + ": cannot open directory: " + errno_text()};
+  if (fd < 0) {
+    return Error{dir.string() + ": cannot open directory: " + errno_text(), ErrorKind::kFailed};
+  }
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) return Error{dir.string() + ": fsync failed: " + errno_text()};
+  if (rc != 0) return Error{dir.string() + ": fsync failed: " + errno_text(), ErrorKind::kFailed};
   return Status::Ok();
 }
 
 constexpr std::string_view kPartialInfix = ".partial-";
+constexpr std::string_view kOldInfix = ".old-";
 
 // `.<name>.partial-XXXXXX`: the temporary directory of a writer (mkdtemp's six characters).
 bool is_partial_name(const std::string& name) {
   const auto pos = name.rfind(kPartialInfix);
   return name.size() > 1 && name[0] == '.' && pos != std::string::npos && pos > 1 &&
          name.size() == pos + kPartialInfix.size() + 6;
+}
+
+// `.<name>.old-XXXXXX`: a destination moved aside by a replacement on a file system without
+// renameat2 flags, left only if that replacement was killed midway.
+bool is_old_name(const std::string& name) {
+  const auto pos = name.rfind(kOldInfix);
+  return name.size() > 1 && name[0] == '.' && pos != std::string::npos && pos > 1 &&
+         name.size() == pos + kOldInfix.size() + 6;
 }
 
 // Locks a writer's temporary directory for the writer's lifetime (flock on the directory): a
@@ -120,7 +131,7 @@ struct CheckpointWriter::Impl {
   int fd = -1;      // the open shard
   size_t open_shard = SIZE_MAX;
   uint64_t shard_end = 0;  // final size of the open shard file
-  int lock_fd = -1;  // flock on tmp while this writer lives
+  int lock_fd = -1;        // flock on tmp while this writer lives
   bool finished = false;
   bool failed = false;  // a write failed: the output is unusable
 
@@ -134,6 +145,7 @@ struct CheckpointWriter::Impl {
   Status discard() {
     if (fd >= 0) ::close(fd);
     fd = -1;
+    failed = true;  // nothing may be written or published after this
     Status st;
     if (!finished && !tmp.empty()) {
       st = remove_tree(tmp, options.on_remove_progress);
@@ -258,8 +270,7 @@ Result<CheckpointWriter> CheckpointWriter::create(const fs::path& dest_in,
                                                   WriterOptions options) {
   auto impl = std::make_unique<Impl>();
   std::error_code ec;
-  fs::path dest = fs::absolute(dest_in, ec).lexically_normal();
-  if (dest.has_filename() == false) dest = dest.parent_path();  // "out/" names "out"
+  const fs::path dest = resolve_destination(dest_in);
   const std::string label = dest.string();
   if (options.max_shard_bytes == 0) return Error{label + ": max_shard_bytes must be positive"};
   if (options.chunk_bytes == 0) return Error{label + ": chunk_bytes must be positive"};
@@ -350,15 +361,16 @@ Result<CheckpointWriter> CheckpointWriter::create(const fs::path& dest_in,
   // Same directory as the destination, so the final rename is atomic and never crosses devices.
   std::string templ = (parent / ("." + dest.filename().string() + ".partial-XXXXXX")).string();
   if (::mkdtemp(templ.data()) == nullptr) {
-    return Error{label + ": cannot create a temporary directory in " + parent.string() + ": " +
-                 errno_text()};
+    return Error{
+        label + ": cannot create a temporary directory in " + parent.string() + ": " + errno_text(),
+        ErrorKind::kFailed};
   }
   impl->tmp = templ;
   impl->lock_fd = lock_directory(impl->tmp, /*wait=*/false);
   if (impl->lock_fd < 0 || ::chmod(templ.c_str(), kDirMode & ~process_umask()) != 0) {
-    return Error{templ + ": cannot lock or set the mode of the temporary directory: " +
-                     errno_text(),
-                 ErrorKind::kFailed};
+    return Error{
+        templ + ": cannot lock or set the mode of the temporary directory: " + errno_text(),
+        ErrorKind::kFailed};
   }
   return CheckpointWriter(std::move(impl));
 }
@@ -459,11 +471,20 @@ Status CheckpointWriter::finish() {
   // Publish. RENAME_NOREPLACE: a destination that appeared meanwhile (an empty directory would
   // otherwise be silently replaced by rename(2)) is never overwritten. With replace_existing, one
   // RENAME_EXCHANGE swaps old and new; the old checkpoint then sits at the temporary path and is
-  // removed after the swap is durable.
+  // removed after the swap is durable. Only a real directory is ever replaced.
   std::error_code ec;
-  const bool exists = fs::symlink_status(w.dest, ec).type() != fs::file_type::not_found;
+  const fs::file_type existing = fs::symlink_status(w.dest, ec).type();
+  const bool exists = existing != fs::file_type::not_found;
   if (exists && !w.options.replace_existing) {
-    return Error{label + ": destination appeared while writing; nothing was renamed into place"};
+    return Error{label + ": destination appeared while writing; nothing was renamed into place",
+                 ErrorKind::kFailed};
+  }
+  if (exists && existing != fs::file_type::directory) {
+    return Error{label + ": refusing to replace it: not a directory (a file or a symlink)"};
+  }
+  if (w.options.cancel != nullptr && w.options.cancel->load()) {
+    return Error{label + ": interrupted before the new checkpoint was renamed into place",
+                 ErrorKind::kInterrupted};
   }
   const unsigned flags = exists ? RENAME_EXCHANGE : RENAME_NOREPLACE;
   if (::renameat2(AT_FDCWD, w.tmp.c_str(), AT_FDCWD, w.dest.c_str(), flags) != 0) {
@@ -471,23 +492,29 @@ Status CheckpointWriter::finish() {
       return Error{label + ": cannot rename " + w.tmp.string() + " into place: " + errno_text(),
                    ErrorKind::kFailed};
     }
-    // A file system without renameat2 flags: move the old destination aside (to a fresh name in
-    // the same directory), rename the new one in, and move the old one back if that fails.
+    // A file system without renameat2 flags: move the old destination aside under a name that
+    // --clean-partial never removes (`.<name>.old-XXXXXX`; the next convert into this parent
+    // reports it), rename the new one in, and move the old one back if that fails.
     fs::path aside;
     if (exists) {
       std::string templ = (w.dest.parent_path() /
-                           ("." + w.dest.filename().string() + ".partial-XXXXXX"))
+                           ("." + w.dest.filename().string() + std::string(kOldInfix) + "XXXXXX"))
                               .string();
-      if (::mkdtemp(templ.data()) == nullptr || ::rmdir(templ.c_str()) != 0 ||
-          ::rename(w.dest.c_str(), templ.c_str()) != 0) {
-        return Error{label + ": cannot move the old destination aside: " + errno_text(),
-                     ErrorKind::kFailed};
+      if (::mkdtemp(templ.data()) == nullptr || ::rename(w.dest.c_str(), templ.c_str()) != 0) {
+        const std::string why = errno_text();
+        (void)::rmdir(templ.c_str());
+        return Error{label + ": cannot move the old destination aside: " + why, ErrorKind::kFailed};
       }
       aside = templ;
     }
     if (::rename(w.tmp.c_str(), w.dest.c_str()) != 0) {
       const std::string why = errno_text();
-      if (!aside.empty()) (void)::rename(aside.c_str(), w.dest.c_str());
+      if (!aside.empty() && ::rename(aside.c_str(), w.dest.c_str()) != 0) {
+        return Error{label + ": cannot rename the new checkpoint into place (" + why +
+                         ") nor the old one back: the old checkpoint is " + aside.string() +
+                         " and the new one " + w.tmp.string(),
+                     ErrorKind::kFailed};
+      }
       return Error{label + ": cannot rename " + w.tmp.string() + " into place: " + why,
                    ErrorKind::kFailed};
     }
@@ -497,17 +524,42 @@ Status CheckpointWriter::finish() {
   }
   w.finished = true;
   w.unlock();
-  Status synced = fsync_dir(w.dest.parent_path());
-  if (exists && !w.tmp.empty()) {
-    // The old destination. A failure to remove it leaves a stale partial directory, which the
-    // next convert into this parent reports (find_stale_partials); the new checkpoint stands.
-    (void)remove_tree(w.tmp, w.options.on_remove_progress);
-  }
+  // The new checkpoint is in place: from here on nothing is an error of the conversion. A failed
+  // directory sync or removal of the old checkpoint leaves a directory the next convert reports.
+  (void)fsync_dir(w.dest.parent_path());
+  if (exists && !w.tmp.empty()) (void)remove_tree(w.tmp, w.options.on_remove_progress);
   w.tmp.clear();
-  return synced;
+  return Status::Ok();
 }
 
 Status CheckpointWriter::discard() { return impl_->discard(); }
+
+fs::path resolve_destination(const fs::path& destination) {
+  std::error_code ec;
+  // No lexical normalization before resolving: "link/.." is the parent of the link's target, not
+  // the directory holding the link.
+  fs::path dest = fs::absolute(destination, ec);
+  while (!dest.has_filename() && dest.has_relative_path()) dest = dest.parent_path();  // "out/"
+  const fs::path name = dest.filename();
+  if (name == "." || name == "..") {
+    const fs::path resolved = fs::weakly_canonical(dest, ec);
+    return ec ? dest.lexically_normal() : resolved;
+  }
+  // The parent through its symlinks, the last component as it is (a symlink there is not
+  // followed: it is what a rename would replace).
+  const fs::path parent = fs::weakly_canonical(dest.parent_path(), ec);
+  return ec ? dest.lexically_normal() : parent / name;
+}
+
+std::vector<fs::path> find_moved_aside(const fs::path& parent) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::end(it); it.increment(ec)) {
+    if (is_old_name(it->path().filename().string())) found.push_back(it->path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
 
 std::vector<PartialDir> find_stale_partials(const fs::path& parent) {
   std::vector<PartialDir> stale;
@@ -548,7 +600,15 @@ Status remove_tree(const fs::path& root, const RemoveProgressFn& progress) {
     uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
     if (S_ISREG(st.st_mode) && allocated > kStep) {
       // Large files shrink in steps, so a multi-GB removal reports progress as it goes.
-      const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      // Only a file whose one name is this one: truncating a hard-linked file (a destination made
+      // with `cp -al` or `rsync --link-dest`) would empty the other names too.
+      int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      struct stat opened {};
+      if (fd >= 0 && (::fstat(fd, &opened) != 0 || opened.st_nlink != 1 ||
+                      opened.st_dev != st.st_dev || opened.st_ino != st.st_ino)) {
+        ::close(fd);
+        fd = -1;
+      }
       for (off_t size = st.st_size; fd >= 0 && size > 0;) {
         size = size > static_cast<off_t>(kStep) ? size - static_cast<off_t>(kStep) : 0;
         if (::ftruncate(fd, size) != 0) break;
@@ -574,7 +634,8 @@ unsigned process_umask() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("Umask:", 0) == 0) return static_cast<unsigned>(std::stoul(line.substr(6), nullptr, 8));
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<unsigned>(std::stoul(line.substr(6), nullptr, 8));
   }
   const mode_t mask = ::umask(0);  // no /proc: read by setting and restoring (racy, rare)
   ::umask(mask);

@@ -6,12 +6,13 @@
 // copied twice. Everything is written into a temporary directory next to the destination
 // (`.<name>.partial-XXXXXX`, same file system, locked with flock while its writer lives) and
 // renamed into place by finish(); a writer destroyed before finish() removes it. A destination
-// that exists is replaced only when asked (WriterOptions::replace_existing), by an atomic swap after
-// everything succeeded, so an existing destination is never lost. Output modes follow the umask
-// like mkdir and creat: directories 0777, files 0666, less the umask. One shard is written as
+// that exists is replaced only when asked (WriterOptions::replace_existing), by an atomic swap
+// after everything succeeded, so an existing destination is never lost. Output modes follow the
+// umask like mkdir and creat: directories 0777, files 0666, less the umask. One shard is written as
 // model.safetensors; more as model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -62,7 +63,19 @@ struct WriterOptions {
   // Progress of removing the temporary directory (a failed or abandoned write) or a replaced
   // destination; called after each file and every 1 GiB of a large one.
   RemoveProgressFn on_remove_progress;
+  // Tested by finish() right before the rename that publishes: set, nothing is published and the
+  // error is ErrorKind::kInterrupted.
+  const std::atomic<bool>* cancel = nullptr;
 };
+
+// The path a writer writes to for `destination`: absolute, without a trailing slash, its parent
+// resolved through symlinks as the kernel will (so "link/../out" is the "out" beside the link's
+// target), its last component not followed. Checks about a destination must be made on this path.
+std::filesystem::path resolve_destination(const std::filesystem::path& destination);
+
+// Destinations moved aside (`.<name>.old-XXXXXX`) by a replacement that was killed between its two
+// renames on a file system without renameat2 flags: never removed by this tool; reported.
+std::vector<std::filesystem::path> find_moved_aside(const std::filesystem::path& parent);
 
 // A writer's temporary directory left by an earlier run that was killed (no live writer holds its
 // lock): its path and the bytes it takes on disk.

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "check/check.h"
@@ -25,33 +27,55 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_signal{0};
 extern "C" void on_interrupt(int sig) {
+  const int saved_errno = errno;
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) {
     static const char kMessage[] =
-        "\nfp4moe convert: interrupted, removing partial output (the destination is left as it "
-        "was)...\n";
+        "\nfp4moe convert: interrupted, stopping and removing partial output (the destination is "
+        "not replaced); interrupt again to stop at once and leave it for --clean-partial...\n";
     [[maybe_unused]] const auto n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
   }
   g_interrupted.store(true);
+  errno = saved_errno;
+}
+
+// Messages on stderr that never throw and never kill: the reader of a pipe may be gone (Ctrl-C
+// reaches `fp4moe convert ... | tee log` whole), and cleanup must still run.
+void say(std::string_view text) {
+  [[maybe_unused]] const size_t n = std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
 // Installs the handlers for the conversion and restores the previous ones on exit.
+// SA_RESETHAND: a second SIGINT/SIGTERM takes the default action (stop at once; the partial
+// directory is then reported by the next convert). A signal the parent set to be ignored (nohup,
+// a background job) stays ignored. SIGPIPE is ignored while converting: a closed stderr pipe must
+// not kill the process before it removes its partial output.
 class InterruptScope {
  public:
   InterruptScope() {
     struct sigaction action {};
     action.sa_handler = on_interrupt;
+    action.sa_flags = SA_RESETHAND;
     sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &previous_int_);
-    sigaction(SIGTERM, &action, &previous_term_);
+    for (const auto& [sig, previous] :
+         {std::pair{SIGINT, &previous_int_}, {SIGTERM, &previous_term_}}) {
+      sigaction(sig, nullptr, previous);
+      if (previous->sa_handler != SIG_IGN) sigaction(sig, &action, nullptr);
+    }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &previous_pipe_);
   }
   ~InterruptScope() {
     sigaction(SIGINT, &previous_int_, nullptr);
     sigaction(SIGTERM, &previous_term_, nullptr);
+    sigaction(SIGPIPE, &previous_pipe_, nullptr);
   }
 
  private:
-  struct sigaction previous_int_ {}, previous_term_ {};
+  struct sigaction previous_int_ {
+  }, previous_term_{}, previous_pipe_{};
 };
 
 struct ConvertArgs {
@@ -89,8 +113,8 @@ class RemovalPrinter {
     }
     if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::seconds(1)) return;
     last_ = now;
-    fmt::print(stderr, "fp4moe convert: removing {}: {:.2f} of {:.2f} GB\n", what_, removed / 1e9,
-               total / 1e9);
+    say(fmt::format("fp4moe convert: removing {}: {:.2f} of {:.2f} GB\n", what_, removed / 1e9,
+                    total / 1e9));
   }
 
  private:
@@ -107,8 +131,8 @@ void maybe_pause(const convert::ConvertProgress& p) {
     return env != nullptr ? std::strtol(env, nullptr, 10) : -1L;
   }();
   if (pause_after < 0 || static_cast<long>(p.tensors_done) != pause_after) return;
-  fmt::print(stderr, "fp4moe convert: paused after {} tensors (FP4MOE_TEST_PAUSE_AFTER_TENSORS)\n",
-             p.tensors_done);
+  say(fmt::format("fp4moe convert: paused after {} tensors (FP4MOE_TEST_PAUSE_AFTER_TENSORS)\n",
+                  p.tensors_done));
   std::fflush(stderr);
   while (!g_interrupted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
@@ -116,23 +140,29 @@ void maybe_pause(const convert::ConvertProgress& p) {
 // Partial output of earlier runs that were killed (SIGKILL, power loss) in the destination's
 // parent: reported with its size, removed with --clean-partial.
 void handle_stale_partials(const std::string& destination, bool clean) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path dest = fs::absolute(destination, ec).lexically_normal();
-  if (!dest.has_filename()) dest = dest.parent_path();
+  const std::filesystem::path dest = checkpoint::resolve_destination(destination);
+  // A destination moved aside by a replacement killed between its two renames (file systems
+  // without renameat2 flags): never removed here, since it may be the only copy.
+  for (const auto& aside : checkpoint::find_moved_aside(dest.parent_path())) {
+    say(
+        fmt::format("fp4moe convert: note: {} is a destination moved aside by a replacement that "
+                    "did not finish; if the checkpoint it replaced is missing, rename it back\n",
+                    aside.string()));
+  }
   for (const auto& partial : checkpoint::find_stale_partials(dest.parent_path())) {
+    if (g_interrupted.load()) return;  // interrupted while cleaning: the rest stays for next time
     if (clean) {
       RemovalPrinter printer("stale partial output " + partial.path.string());
       const Status st = checkpoint::remove_tree(
           partial.path, [&printer](uint64_t r, uint64_t t) { printer(r, t); });
-      fmt::print(stderr, "fp4moe convert: {} stale partial output {} ({:.2f} GB){}\n",
-                 st.ok() ? "removed" : "could not remove", partial.path.string(),
-                 partial.bytes / 1e9, st.ok() ? "" : ": " + st.error().message);
+      say(fmt::format("fp4moe convert: {} stale partial output {} ({:.2f} GB){}\n",
+                      st.ok() ? "removed" : "could not remove", partial.path.string(),
+                      partial.bytes / 1e9, st.ok() ? "" : ": " + st.error().message));
     } else {
-      fmt::print(stderr,
-                 "fp4moe convert: note: {} ({:.2f} GB on disk) is partial output of an earlier "
-                 "run that did not finish; pass --clean-partial to remove it\n",
-                 partial.path.string(), partial.bytes / 1e9);
+      say(fmt::format(
+          "fp4moe convert: note: {} ({:.2f} GB on disk) is partial output of an earlier "
+          "run that did not finish; pass --clean-partial to remove it\n",
+          partial.path.string(), partial.bytes / 1e9));
     }
   }
 }
@@ -156,17 +186,16 @@ class ProgressPrinter {
     if (tty_) {
       const int width = 30;
       const int filled = static_cast<int>(fraction * width);
-      fmt::print(stderr, "\r[{}{}] {:5.1f}%  {:.2f}/{:.2f} GB  {:.2f} GB/s  ETA {} ",
-                 std::string(static_cast<size_t>(filled), '#'),
-                 std::string(static_cast<size_t>(width - filled), ' '), 100 * fraction,
-                 p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta));
-      if (p.tensors_done == p.tensors_total) fmt::print(stderr, "\n");
+      say(fmt::format("\r[{}{}] {:5.1f}%  {:.2f}/{:.2f} GB  {:.2f} GB/s  ETA {} ",
+                      std::string(static_cast<size_t>(filled), '#'),
+                      std::string(static_cast<size_t>(width - filled), ' '), 100 * fraction,
+                      p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta)));
+      if (p.tensors_done == p.tensors_total) say(fmt::format("\n"));
     } else if (static_cast<int>(fraction * 10) > last_decile_ ||
                p.tensors_done == p.tensors_total) {
       last_decile_ = static_cast<int>(fraction * 10);
-      fmt::print(stderr, "convert: {:.0f}% ({:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {})\n",
-                 100 * fraction, p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9,
-                 eta_text(eta));
+      say(fmt::format("convert: {:.0f}% ({:.2f}/{:.2f} GB, {:.2f} GB/s, ETA {})\n", 100 * fraction,
+                      p.bytes_done / 1e9, p.bytes_total / 1e9, rate / 1e9, eta_text(eta)));
     }
   }
 
@@ -195,8 +224,12 @@ int run_convert(const ConvertArgs& args) {
   handle_stale_partials(args.destination, args.clean_partial);
   auto result = convert::convert_checkpoint(args.source, args.destination, options);
   if (!result.ok()) {
-    fmt::print(stderr, "fp4moe convert: {}\n", result.error().message);
+    say(fmt::format("fp4moe convert: {}\n", result.error().message));
     return exit_status(result.error());
+  }
+  if (g_interrupted.load()) {
+    // The signal came after the new checkpoint was renamed into place: it stands.
+    say("fp4moe convert: the interrupt came after the new checkpoint was in place; it is kept\n");
   }
   const auto& s = *result;
   const auto& r = s.report;

@@ -422,8 +422,18 @@ Result<nlohmann::json> rewrite_mxfp4_config(const CheckpointDir& dir,
 
 }  // namespace
 
-Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path& destination,
+Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path& destination_in,
                                           const ConvertOptions& options) {
+  // Every check below and the writer act on one path: "out/", "link/../out" and a symlinked
+  // parent all name what the kernel will rename (checkpoint/writer.h).
+  const fs::path destination = checkpoint::resolve_destination(destination_in);
+  const auto interrupted = [&] {
+    return Error{destination.string() +
+                     ": interrupted; the partial output was removed and the destination left as "
+                     "it was",
+                 ErrorKind::kInterrupted};
+  };
+  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   if (!fs::is_directory(source, ec)) {
@@ -441,7 +451,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
                    ": refusing to replace a destination that is or holds the source " +
                    source.string()};
     }
-    // --force replaces a checkpoint, never an arbitrary directory or file named by mistake.
+    // --force replaces a checkpoint directory (not a symlink to one), never an arbitrary directory
+    // or file named by mistake.
     bool checkpoint_like = dest_type == fs::file_type::directory && fs::is_empty(destination, ec);
     for (auto it = fs::directory_iterator(destination, ec);
          dest_type == fs::file_type::directory && !ec && it != fs::end(it); it.increment(ec)) {
@@ -469,7 +480,9 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   const auto check_findings = [&](const fs::path& dir,
                                   std::string_view what) -> std::optional<std::string> {
     check::CheckOptions check_options;
+    check_options.cancel = options.cancel;
     auto report = check::check_checkpoint(dir, check_options);
+    if (cancelled()) return std::string("interrupted");
     if (!report.ok()) return report.error().message;
     for (const auto& f : report->findings) {
       if (f.severity != detect::Severity::kError) continue;
@@ -490,6 +503,7 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
     return std::nullopt;
   };
   if (auto refused = check_findings(source, "refusing to convert")) {
+    if (cancelled()) return interrupted();
     return Error{source.string() + ": " + *refused};
   }
   auto dir = CheckpointDir::open(source);
@@ -504,14 +518,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   writer_options.max_shard_bytes = options.max_shard_bytes;
   writer_options.source_dir = source;
   writer_options.replace_existing = options.force;
+  writer_options.cancel = options.cancel;
   writer_options.on_remove_progress = options.on_remove_progress;
-  const auto interrupted = [&] {
-    return Error{destination.string() +
-                     ": interrupted; the partial output was removed and the destination left as "
-                     "it was",
-                 ErrorKind::kInterrupted};
-  };
-  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
   if (to_nvfp4) {
     std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(*dir, modules);
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
@@ -551,9 +559,9 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   writer_options.check_before_publish = [&](const fs::path& staged) -> Status {
     if (cancelled()) return interrupted();
     const auto failed = [&](const std::string& why) {
-      return Error{destination.string() + ": output check failed, nothing was renamed into place: " +
-                       why,
-                   ErrorKind::kFailed};
+      return Error{
+          destination.string() + ": output check failed, nothing was renamed into place: " + why,
+          ErrorKind::kFailed};
     };
     auto out = CheckpointDir::open(staged);
     if (!out.ok()) return failed(out.error().message);
@@ -566,7 +574,11 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
     for (const auto& f : manifest->manifest.findings) {
       if (f.severity == detect::Severity::kError) return failed("[" + f.code + "] " + f.message);
     }
-    if (auto bad = check_findings(staged, "the output")) return failed(*bad);
+    if (auto bad = check_findings(staged, "the output")) {
+      if (cancelled()) return interrupted();
+      return failed(*bad);
+    }
+    if (cancelled()) return interrupted();
     return Status::Ok();
   };
   auto writer = checkpoint::CheckpointWriter::create(destination, plan, writer_options);

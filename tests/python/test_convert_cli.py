@@ -234,7 +234,7 @@ def test_convert_interrupted_leaves_nothing(tmp_path, rng):
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == status, err
-        assert "interrupted, removing partial output" in err
+        assert "interrupted, stopping and removing partial output" in err
         assert not (tmp_path / "out").exists()
         assert partials(tmp_path) == []
 
@@ -431,3 +431,38 @@ def test_bf16_to_mxfp4_writes_the_stock_layout(tmp_path, rng):
     partial = run("convert", src, *ALLOW_BF16_EXPERTS, tmp_path / "p", "--to", "mxfp4", "--modules", "layers.0.ffn.experts.0.*",
                   check=False)
     assert partial.returncode == 2 and "expert_dtype" in partial.stderr
+
+
+def test_force_never_replaces_a_file_or_what_a_path_only_seems_to_name(tmp_path, rng):
+    """Found in review: `convert SRC myfile/ --force` deleted the file, and `lnk/../victim` was
+    checked as one path and replaced as another. Every check now acts on the path the kernel
+    renames (the parent resolved through symlinks), and only a checkpoint directory is replaced."""
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=1, layers=1)
+    (tmp_path / "myfile").write_text("precious")
+    proc = run("convert", src, str(tmp_path / "myfile") + "/", "--force", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert (tmp_path / "myfile").read_text() == "precious"
+    # lnk -> deep/a, so lnk/../victim is deep/victim (a checkpoint) and not ./victim (a thesis).
+    (tmp_path / "deep" / "a").mkdir(parents=True)
+    (tmp_path / "deep" / "victim").mkdir()
+    (tmp_path / "deep" / "victim" / "config.json").write_text("{}")
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "thesis.txt").write_text("years of work")
+    (tmp_path / "lnk").symlink_to(tmp_path / "deep" / "a")
+    run("convert", src, f"{tmp_path}/lnk/../victim", "--force")
+    assert (tmp_path / "victim" / "thesis.txt").read_text() == "years of work"
+    assert (tmp_path / "deep" / "victim" / "model.safetensors").exists()
+
+
+def test_an_interrupt_with_stderr_gone_still_cleans_up(tmp_path, rng):
+    """Found in review: Ctrl-C reaches `fp4moe convert ... 2>&1 | tee log` whole; with the reader
+    gone, SIGPIPE killed convert before it removed its partial output."""
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=2, layers=2)
+    proc, _ = start_paused([src, tmp_path / "out"], after=3)
+    proc.stderr.close()  # the pipe's reader is gone: every later write to stderr gets EPIPE
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert partials(tmp_path) == [] and not (tmp_path / "out").exists()

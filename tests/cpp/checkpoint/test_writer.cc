@@ -1,8 +1,11 @@
 // Tests of CheckpointWriter and the sparse fixtures: round trips, sharding, safety, scale.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -321,6 +324,71 @@ TEST(CheckpointWriter, StalePartialsAreFoundAndRemoved) {
   EXPECT_TRUE(find_stale_partials(dir.path()).empty());
   ASSERT_TRUE(live->discard().ok());
   EXPECT_FALSE(std::filesystem::exists(dir / "other"));
+}
+
+TEST(CheckpointWriter, ACancelBeforePublishKeepsTheOldCheckpoint) {
+  ScratchDir dir;
+  ASSERT_TRUE(write_one(dir / "out", 'a', {}).ok());
+  std::atomic<bool> cancel{true};
+  WriterOptions options;
+  options.replace_existing = true;
+  options.cancel = &cancel;
+  const Status st = write_one(dir / "out", 'b', options);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind, ErrorKind::kInterrupted);
+  EXPECT_EQ(tensor_byte(dir / "out"), "a");
+  EXPECT_TRUE(find_stale_partials(dir.path()).empty());
+}
+
+TEST(CheckpointWriter, OnlyADirectoryIsReplacedAndPathsAreResolvedOnce) {
+  ScratchDir dir;
+  write_bytes(dir / "file", "precious");
+  WriterOptions replace;
+  replace.replace_existing = true;
+  // "file/" names the file (not a missing directory): refused, the file intact.
+  EXPECT_FALSE(write_one(dir.path().string() + "/file/", 'x', replace).ok());
+  EXPECT_EQ(read_bytes(dir / "file"), "precious");
+  // A symlink in the destination's place is not followed or replaced.
+  std::filesystem::create_directory(dir / "real");
+  ASSERT_TRUE(write_one(dir / "real" / "ckpt", 'a', {}).ok());
+  std::filesystem::create_directory_symlink(dir / "real" / "ckpt", dir / "link");
+  EXPECT_FALSE(write_one(dir / "link", 'b', replace).ok());
+  EXPECT_EQ(tensor_byte(dir / "real" / "ckpt"), "a");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link"));
+  // "sub/../x" with sub a symlink names x beside the symlink's target, as the kernel resolves it.
+  std::filesystem::create_directories(dir / "deep" / "a");
+  std::filesystem::create_directory_symlink(dir / "deep" / "a", dir / "sub");
+  EXPECT_EQ(resolve_destination(dir / "sub" / ".." / "x"),
+            std::filesystem::canonical(dir / "deep") / "x");
+  EXPECT_EQ(resolve_destination(dir.path().string() + "/out/"),
+            std::filesystem::canonical(dir.path()) / "out");
+}
+
+TEST(RemoveTree, NeverTruncatesAFileThatHasOtherNames) {
+  ScratchDir dir;
+  // Over 1 GiB allocated, the size remove_tree shrinks in steps before unlinking.
+  constexpr off_t kSize = (off_t{1} << 30) + (off_t{64} << 20);
+  const std::filesystem::path keep = dir / "keep.bin";
+  const int fd = ::open(keep.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  const int rc = ::posix_fallocate(fd, 0, kSize);
+  ::close(fd);
+  if (rc != 0) GTEST_SKIP() << "no fallocate on this file system";
+  std::filesystem::create_directory(dir / "tree");
+  std::filesystem::create_hard_link(keep, dir / "tree" / "model.safetensors");
+  ASSERT_TRUE(remove_tree(dir / "tree", [](uint64_t, uint64_t) {}).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "tree"));
+  EXPECT_EQ(std::filesystem::file_size(keep), static_cast<uintmax_t>(kSize));
+}
+
+TEST(CheckpointWriter, MovedAsideDestinationsAreFoundAndNeverStale) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / ".out.old-Ab12Cd");
+  write_bytes(dir / ".out.old-Ab12Cd" / "config.json", "{}");
+  EXPECT_TRUE(find_stale_partials(dir.path()).empty());
+  const auto aside = find_moved_aside(dir.path());
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(aside[0].filename(), ".out.old-Ab12Cd");
 }
 
 TEST(RemoveTree, DoesNotFollowSymlinks) {
