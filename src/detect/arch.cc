@@ -115,7 +115,17 @@ Result<ArchInfo> read_arch(const json& config) {
     if (v && *v > 0) a.shared_experts = true;
   }
   DETECT_ASSIGN(first_dense, jsonu::get_int(text, "first_k_dense_replace", kWhere));
-  DETECT_ASSIGN(freq, jsonu::get_int(text, "moe_layer_freq", kWhere));
+  // moe_layer_freq: an integer (every freq-th layer is MoE) or, in some configs, one entry per
+  // layer (1/true: MoE, 0/false: dense).
+  std::vector<bool> moe_per_layer;
+  if (const json* f = jsonu::member(text, "moe_layer_freq"); f && f->is_array()) {
+    for (const auto& v : *f) {
+      moe_per_layer.push_back(v.is_boolean() ? v.get<bool>()
+                                             : v.is_number() && v.get<double>() != 0.0);
+    }
+  } else {
+    DETECT_ASSIGN(freq, jsonu::get_int(text, "moe_layer_freq", kWhere));
+  }
   DETECT_ASSIGN(sparse_step, jsonu::get_int(text, "decoder_sparse_step", kWhere));
   for (const char* key : {"num_nextn_predict_layers", "mtp_num_hidden_layers"}) {
     std::optional<int64_t> v;
@@ -186,6 +196,10 @@ Result<ArchInfo> read_arch(const json& config) {
                                                   : LayerShape::Mixer::kSelfAttention;
         bool moe = has_experts && l >= first_dense.value_or(0) &&
                    (freq.value_or(1) <= 1 || l % *freq == 0);
+        if (!moe_per_layer.empty()) {
+          moe = has_experts && l < static_cast<int>(moe_per_layer.size()) &&
+                moe_per_layer[static_cast<size_t>(l)];
+        }
         if (mlp_types && mlp_types->is_array() && l < static_cast<int>(mlp_types->size())) {
           moe = (*mlp_types)[l] == "sparse";
         }
