@@ -259,29 +259,47 @@ TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {
   }
 }
 
+// Each bad input is changed from a valid one in exactly one way, and the valid one is shown to
+// pack first, so every error below is caused by the one change it names.
 TEST(Pack, BadInputIsAnErrorNamingTheTensor) {
-  std::vector<uint8_t> codes(8 * 16 / 2), scales(8);
+  const auto expect_error = [](const auto& result, std::string_view reason) {
+    ASSERT_FALSE(result.ok()) << reason;
+    EXPECT_NE(result.error().message.find(reason), std::string::npos) << result.error().message;
+  };
+  std::vector<uint8_t> codes(8 * 16 / 2), scales(8, 0x38);
+  ASSERT_TRUE(pack::pack_nvfp4("w", codes, scales, 1.0f, 8, 16).ok());
   auto bad_k = pack::pack_nvfp4("layers.0.w1", codes, scales, 1.0f, 8, 24);
-  ASSERT_FALSE(bad_k.ok());
-  EXPECT_NE(bad_k.error().message.find("layers.0.w1"), std::string::npos);
-  EXPECT_NE(bad_k.error().message.find("multiple"), std::string::npos);
-  EXPECT_FALSE(pack::pack_nvfp4("w", codes, scales, 1.0f, 8, 32).ok());  // sizes do not match
-  EXPECT_FALSE(pack::pack_nvfp4("w", codes, scales, NAN, 8, 16).ok());
-  std::vector<uint8_t> nan_scales(8, 0x38);
-  nan_scales[3] = 0x7F;
-  EXPECT_FALSE(pack::pack_nvfp4("w", codes, nan_scales, 1.0f, 8, 16).ok());
-  nan_scales[3] = 0xB8;  // sign bit: not an unsigned scale
-  EXPECT_FALSE(pack::pack_nvfp4("w", codes, nan_scales, 1.0f, 8, 16).ok());
-  std::vector<uint8_t> mx_codes(4 * 32 / 2), mx_scales(4, 0xFF);
-  EXPECT_FALSE(pack::pack_mxfp4("w", mx_codes, mx_scales, 4, 32).ok());
-  EXPECT_FALSE(pack::pack_mxfp4("w", mx_codes, mx_scales, 0, 32).ok());
+  expect_error(bad_k, "layers.0.w1");
+  expect_error(bad_k, "multiple");
+  std::vector<uint8_t> short_codes(codes.size() - 1);
+  expect_error(pack::pack_nvfp4("w", short_codes, scales, 1.0f, 8, 16),
+               "packed codes has 63 elements, expected 64");
+  expect_error(pack::pack_nvfp4("w", codes, scales, NAN, 8, 16), "tensor scale is not finite");
+  std::vector<uint8_t> bad_scales = scales;
+  bad_scales[3] = 0x7F;
+  expect_error(pack::pack_nvfp4("w", codes, bad_scales, 1.0f, 8, 16),
+               "block scale 3 (row 3) is code 127");
+  bad_scales[3] = 0xB8;  // sign bit: not an unsigned scale
+  expect_error(pack::pack_nvfp4("w", codes, bad_scales, 1.0f, 8, 16),
+               "block scale 3 (row 3) is code 184");
+  std::vector<uint8_t> mx_codes(4 * 32 / 2), mx_scales(4, 127);
+  ASSERT_TRUE(pack::pack_mxfp4("w", mx_codes, mx_scales, 4, 32).ok());
+  std::vector<uint8_t> mx_nan = mx_scales;
+  mx_nan[2] = 0xFF;
+  expect_error(pack::pack_mxfp4("w", mx_codes, mx_nan, 4, 32), "block scale 2 (row 2) is code 255");
+  expect_error(pack::pack_mxfp4("w", std::span<const uint8_t>(), std::span<const uint8_t>(), 0, 32),
+               "shape [0, 32] must be positive");
   std::vector<uint8_t> fp8(3 * 5, 0x38);
-  fp8[7] = 0xFF;
-  EXPECT_FALSE(pack::pack_fp8_block128("w", fp8, std::vector<float>{1.0f}, 3, 5).ok());
-  fp8[7] = 0x38;
-  EXPECT_TRUE(pack::pack_fp8_block128("w", fp8, std::vector<float>{1.0f}, 3, 5).ok());
-  EXPECT_FALSE(pack::pack_fp8_block128("w", fp8, std::vector<float>{INFINITY}, 3, 5).ok());
-  EXPECT_FALSE(pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{0xFF}, 3, 5).ok());
+  ASSERT_TRUE(pack::pack_fp8_block128("w", fp8, std::vector<float>{1.0f}, 3, 5).ok());
+  std::vector<uint8_t> fp8_nan = fp8;
+  fp8_nan[7] = 0xFF;
+  expect_error(pack::pack_fp8_block128("w", fp8_nan, std::vector<float>{1.0f}, 3, 5),
+               "element [1, 2] is an E4M3 NaN");
+  expect_error(pack::pack_fp8_block128("w", fp8, std::vector<float>{INFINITY}, 3, 5),
+               "block scale 0 is not finite");
+  ASSERT_TRUE(pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{127}, 3, 5).ok());
+  expect_error(pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{0xFF}, 3, 5),
+               "block scale 0 is the E8M0 NaN (0xFF)");
 }
 
 TEST(Pack, Fp8Ue8m0ScalesWidenExactly) {
