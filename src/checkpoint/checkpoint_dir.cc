@@ -94,7 +94,45 @@ Result<nlohmann::json> read_json_file(const fs::path& path) {
   return parse_json_text(text, label);
 }
 
-Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view label) {
+// Python's json module writes the non-standard literals NaN, Infinity and -Infinity (real
+// configs hold them, e.g. Nemotron's); outside strings they become null, so every reader of a
+// config sees the same document whether or not the directory also has weights.
+std::string without_python_literals(std::string_view text) {
+  std::string clean;
+  clean.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      clean += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        clean += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      clean += c;
+      continue;
+    }
+    bool replaced = false;
+    for (const std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.substr(i, token.size()) == token) {
+        clean += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) clean += c;
+  }
+  return clean;
+}
+
+Result<nlohmann::json> parse_json_text(std::string_view raw, std::string_view label) {
+  const std::string text = without_python_literals(raw);
   if (json_depth_exceeding(text, kMaxJsonDepth) != 0) {
     return Error{std::string(label) + ": JSON nesting deeper than " +
                  std::to_string(kMaxJsonDepth) + " levels"};

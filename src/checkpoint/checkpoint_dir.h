@@ -28,9 +28,10 @@ inline constexpr uint64_t kMaxJsonFileBytes = 64ull << 20;
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a JSON side file; absent = null, unreadable/invalid/too deep = error naming the file.
+// The one JSON reader of every command: Python's NaN/Infinity/-Infinity literals (real configs
+// hold them) read as null; nesting is capped before parsing.
 Result<nlohmann::json> read_json_file(const std::filesystem::path& path);
-// The same rules on JSON text already in memory (nesting capped before parsing, so a hostile
-// text cannot exhaust the stack); `label` names the source in errors.
+// The same rules on JSON text already in memory; `label` names the source in errors.
 Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view label);
 
 // Top-level regular files of `dir` that are not weights (tokenizer, generation config, chat

@@ -21,20 +21,6 @@ bool has_weights(const fs::path& dir) {
   return false;
 }
 
-// A JSON side file (absent = null), tolerating the NaN/Infinity literals Python writes in configs.
-Result<nlohmann::json> read_config(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return nlohmann::json();
-  const auto size = fs::file_size(path, ec);
-  if (ec) return Error{path.string() + ": cannot stat: " + ec.message()};
-  if (size > checkpoint::kMaxJsonFileBytes) return Error{path.string() + ": file too large"};
-  std::ifstream in(path, std::ios::binary);
-  std::string text(static_cast<size_t>(size), '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(size))) {
-    return Error{path.string() + ": cannot read"};
-  }
-  return jsonu::parse_config_json(text, path.string());
-}
 
 }  // namespace
 
@@ -55,9 +41,9 @@ Result<InspectedDirectory> detect_directory(const fs::path& dir) {
     }
     input.tensors = std::move(records);
   } else {
-    auto config = read_config(dir / "config.json");
+    auto config = checkpoint::read_json_file(dir / "config.json");
     if (!config.ok()) return config.error();
-    auto hfq = read_config(dir / "hf_quant_config.json");
+    auto hfq = checkpoint::read_json_file(dir / "hf_quant_config.json");
     if (!hfq.ok()) return hfq.error();
     input.config = std::move(config).value();
     input.hf_quant_config = std::move(hfq).value();

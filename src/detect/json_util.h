@@ -53,9 +53,4 @@ inline Result<std::optional<bool>> get_bool(const nlohmann::json& obj, std::stri
                v->dump()};
 }
 
-// Parses config JSON as Python writes it: real HF configs contain the non-standard literals
-// NaN, Infinity and -Infinity (e.g. Nemotron-3 "time_step_limit": [0.0, Infinity]). Those tokens
-// outside strings become null, which no detection key needs as a number.
-Result<nlohmann::json> parse_config_json(std::string_view text, std::string_view what);
-
 }  // namespace fp4moe::detect::jsonu

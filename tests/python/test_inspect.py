@@ -59,3 +59,21 @@ def test_malformed_or_contradictory_json_exits_2(tmp_path, text):
 
 def test_missing_directory_exits_2(tmp_path):
     assert run(tmp_path / "nope").returncode == 2
+
+
+def test_python_literals_read_the_same_with_or_without_weights(tmp_path):
+    """One JSON reader for every command: a config with Python's Infinity/NaN literals (real
+    Nemotron configs have them) inspected alone used to pass and, once a .safetensors file was
+    present, fail in the checkpoint reader."""
+    import numpy as np
+    from st_io import save as save_file
+    config = ('{"model_type": "qwen3_moe", "num_hidden_layers": 1, "num_experts": 2, '
+              '"router_clip": Infinity, "eps": -Infinity, "x": NaN, "note": "NaN stays text"}')
+    (tmp_path / "config.json").write_text(config)
+    alone = run(tmp_path, "--json")
+    assert alone.returncode == 0, alone.stderr
+    save_file({"model.layers.0.mlp.experts.0.down_proj.weight": np.zeros((4, 4), np.float32)},
+              str(tmp_path / "model.safetensors"))
+    with_weights = run(tmp_path, "--json")
+    assert with_weights.returncode == 0, with_weights.stderr
+    assert json.loads(alone.stdout)["dialect"] == json.loads(with_weights.stdout)["dialect"]

@@ -1,4 +1,5 @@
 // KV-cache spellings, tensor-family classification, and bad input.
+#include "checkpoint/checkpoint_dir.h"
 #include "detect/claims.h"
 #include "test_util.h"
 
@@ -191,11 +192,11 @@ TEST(BadInput, ErrorsNotCrashes) {
                 nullptr)
                 .find("num_hidden_layers"),
             std::string::npos);
-  EXPECT_FALSE(jsonu::parse_config_json("{\"a\": [1, 2", "x.json").ok());
+  EXPECT_FALSE(checkpoint::parse_json_text("{\"a\": [1, 2", "x.json").ok());
   EXPECT_FALSE(
-      jsonu::parse_config_json(std::string(100, '[') + std::string(100, ']'), "x.json").ok());
+      checkpoint::parse_json_text(std::string(100, '[') + std::string(100, ']'), "x.json").ok());
   auto inf =
-      jsonu::parse_config_json("{\"t\": [0.0, Infinity], \"s\": \"NaN\", \"n\": -Infinity}", "x");
+      checkpoint::parse_json_text("{\"t\": [0.0, Infinity], \"s\": \"NaN\", \"n\": -Infinity}", "x");
   ASSERT_TRUE(inf.ok());
   EXPECT_TRUE(inf.value()["t"][1].is_null());
   EXPECT_EQ(inf.value()["s"], "NaN");

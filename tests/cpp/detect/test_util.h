@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "detect/detect.h"
 #include "detect/json_util.h"
 
@@ -23,7 +24,7 @@ inline nlohmann::json load_json(const std::string& path) {
   if (!in) return nullptr;
   std::stringstream ss;
   ss << in.rdbuf();
-  auto r = jsonu::parse_config_json(ss.str(), path);
+  auto r = checkpoint::parse_json_text(ss.str(), path);
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
   return r.ok() ? r.value() : nlohmann::json();
 }
