@@ -43,8 +43,8 @@ Status write_layout(const fs::path& dir, const Setup& setup) {
   for (int l = 0; l < setup.layers; ++l) {
     for (int e = 0; e < setup.experts; ++e) {
       for (const auto& p : projections) {
-        const std::string m = "layers." + std::to_string(l) + ".ffn.experts." + std::to_string(e) +
-                              "." + p.name;
+        const std::string m =
+            "layers." + std::to_string(l) + ".ffn.experts." + std::to_string(e) + "." + p.name;
         plan.push_back({m + ".weight", DType::U8, {p.n, p.k / 2}});
         plan.push_back({m + ".weight_scale", DType::F8_E4M3, {p.n, p.k / 16}});
         plan.push_back({m + ".weight_scale_2", DType::F32, {}});
@@ -99,8 +99,8 @@ double read_rate(const std::vector<fs::path>& shards, uint64_t* bytes_out) {
       if (t.name.ends_with(".weight")) continue;  // holes: no bytes to read
       for (uint64_t off = 0; off < t.byte_size(); off += buffer.size()) {
         const auto n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), t.byte_size() - off));
-        const ssize_t got =
-            ::pread(fd, buffer.data(), n, static_cast<off_t>(header->data_offset() + t.data_begin + off));
+        const ssize_t got = ::pread(fd, buffer.data(), n,
+                                    static_cast<off_t>(header->data_offset() + t.data_begin + off));
         if (got > 0) bytes += static_cast<uint64_t>(got);
       }
     }
@@ -113,7 +113,8 @@ double read_rate(const std::vector<fs::path>& shards, uint64_t* bytes_out) {
 
 int run() {
   Setup setup;
-  if (const char* env = std::getenv("FP4MOE_BENCH_LAYERS")) setup.layers = std::max(1, std::atoi(env));
+  if (const char* env = std::getenv("FP4MOE_BENCH_LAYERS"))
+    setup.layers = std::max(1, std::atoi(env));
   const bool smoke = std::getenv("FP4MOE_BENCH_SMOKE") != nullptr;
   if (smoke) {
     setup.layers = 1;

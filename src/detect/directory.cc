@@ -21,7 +21,6 @@ bool has_weights(const fs::path& dir) {
   return false;
 }
 
-
 }  // namespace
 
 Result<InspectedDirectory> detect_directory(const fs::path& dir) {

@@ -1,7 +1,6 @@
 // Tests of CheckpointWriter and the sparse fixtures: round trips, sharding, safety, scale.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -276,8 +275,8 @@ TEST(CheckpointWriter, ModesFollowTheUmaskLikeMkdir) {
     options.source_dir = source.path();
     options.files["config.json"] = "{}";
     options.max_shard_bytes = 1;
-    auto writer = CheckpointWriter::create(dir / "out", {{"a", DType::U8, {1}}, {"b", DType::U8, {1}}},
-                                           options);
+    auto writer = CheckpointWriter::create(dir / "out",
+                                           {{"a", DType::U8, {1}}, {"b", DType::U8, {1}}}, options);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE(writer->write("a", testing::as_bytes("x")).ok());
     ASSERT_TRUE(writer->write("b", testing::as_bytes("y")).ok());
@@ -304,7 +303,7 @@ TEST(CheckpointWriter, StalePartialsAreFoundAndRemoved) {
   std::filesystem::create_directory(dir / ".out.partial-AbC123");
   write_bytes(dir / ".out.partial-AbC123" / "model-00001-of-00002.safetensors",
               std::string(70000, 'x'));
-  std::filesystem::create_directory(dir / "out.partial-AbC123");    // not hidden: not ours
+  std::filesystem::create_directory(dir / "out.partial-AbC123");     // not hidden: not ours
   std::filesystem::create_directory(dir / ".out.partial-toolong1");  // not mkdtemp's 6 chars
   write_bytes(dir / ".x.partial-ZZZZZZ", "a file, not a directory");
   auto live = CheckpointWriter::create(dir / "other", {{"t", DType::U8, {1}}}, {});

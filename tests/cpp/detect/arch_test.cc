@@ -1,9 +1,9 @@
 // The architecture reader on real config shapes: per-layer MoE lists beside the integer form.
+#include "detect/arch.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
-#include "detect/arch.h"
 
 namespace fp4moe::detect {
 namespace {

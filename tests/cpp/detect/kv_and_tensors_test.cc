@@ -195,8 +195,8 @@ TEST(BadInput, ErrorsNotCrashes) {
   EXPECT_FALSE(checkpoint::parse_json_text("{\"a\": [1, 2", "x.json").ok());
   EXPECT_FALSE(
       checkpoint::parse_json_text(std::string(100, '[') + std::string(100, ']'), "x.json").ok());
-  auto inf =
-      checkpoint::parse_json_text("{\"t\": [0.0, Infinity], \"s\": \"NaN\", \"n\": -Infinity}", "x");
+  auto inf = checkpoint::parse_json_text(
+      "{\"t\": [0.0, Infinity], \"s\": \"NaN\", \"n\": -Infinity}", "x");
   ASSERT_TRUE(inf.ok());
   EXPECT_TRUE(inf.value()["t"][1].is_null());
   EXPECT_EQ(inf.value()["s"], "NaN");

@@ -67,7 +67,8 @@ TEST(Pattern, RegexIsAnchoredAtStartOnly) {
 // Catastrophic backtracking patterns (a 60-byte config held `re:(.*.*)*z`) match in linear time:
 // with a backtracking engine each of these calls would take longer than the test's timeout.
 TEST(Pattern, HostileRegexesMatchInLinearTime) {
-  const std::string long_name = "model.layers.61.mlp.experts.255.gate_proj" + std::string(4000, 'a');
+  const std::string long_name =
+      "model.layers.61.mlp.experts.255.gate_proj" + std::string(4000, 'a');
   for (const char* hostile : {"re:(.*.*)*z", "re:(a+)+$b", "re:(a|aa)*c", "re:(.*a){20}z"}) {
     SCOPED_TRACE(hostile);
     const Pattern p = parse(hostile);
