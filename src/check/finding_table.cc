@@ -14,14 +14,14 @@ const std::vector<FindingInfo>& finding_table() {
   static const std::vector<FindingInfo> table = {
       {"shard_unreadable", S::kError,
        "a shard cannot be opened or its header is invalid (truncated, not safetensors)",
-       "every engine fails to load the checkpoint (safetensors raises on open)",
+       "the safetensors reader refuses the file, so loading the checkpoint fails",
        "download the file again and compare its size and hash with the source",
        "every shard is opened with the strict safetensors reader (header length and JSON, dtypes, "
        "shapes and offsets with checked arithmetic, data inside the file); one that fails is one "
        "finding with the reader's reason, and the other shards are still checked"},
       {"shard_missing", S::kError,
        "model.safetensors.index.json names a shard file that is not in the directory",
-       "engines that load by the index fail with a missing-file error",
+       "loading by the index's weight_map fails on the missing file",
        "download the missing shard (or fix the index's weight_map)",
        "each shard file named in the index's weight_map is looked up: one finding per missing "
        "file; the tensors the index puts there are skipped, the other shards are still checked"},
@@ -65,12 +65,12 @@ const std::vector<FindingInfo>& finding_table() {
        "zeroed or sign-flipped blocks in every product of the module",
        "re-quantize the module from its source weights",
        "every F32 block scale <= 0, and every UE4M3 (NVFP4) scale code 0x80..0xFE: the format is "
-       "unsigned, no quantizer sets the bit, and an engine decoding E4M3 reads a negative scale. "
+       "unsigned, no quantizer sets the bit, and decoded as E4M3 the code is a negative scale. "
        "A zero UE4M3 code is not flagged: producers write it for all-zero blocks"},
       {"global_scale_convention", S::kError,
        "an NVFP4 per-tensor scale's magnitude shows the other convention: a compressed-tensors "
        "divisor (448*6/amax) stored as ModelOpt's weight_scale_2 multiplier, or the reverse",
-       "an engine applies the value as its name says: every weight of the module comes out "
+       "read in the convention its name says, every weight of the module comes out "
        "scaled by about the square of the value (orders of magnitude off): garbage output",
        "store the reciprocal, or rename the tensor to the convention its values follow "
        "(ModelOpt weight_scale_2 = amax/2688, compressed-tensors weight_global_scale = 2688/amax)",
@@ -93,7 +93,7 @@ const std::vector<FindingInfo>& finding_table() {
        "(compressed-tensors divisors inverted) differ by more than 1e-5 relative (vLLM's allclose "
        "rtol); count = pairs, the summary gives the pairs per decoder layer and the worst ratio, "
        "examples the worst pairs. Modules flagged by global_scale_convention are left out, and "
-       "FP8 per-tensor pairs are not judged: engines requantize w1/w3 to the larger scale"},
+       "FP8 per-tensor pairs are not judged: the ModelOpt FP8 MoE methods of vLLM and SGLang (modelopt.py, modelopt_quant.py: \"We take the max of the w1 and w3 scales\") requantize both to the larger scale"},
       {"w4a4_without_input_scale", S::kError,
        "activation quantization is declared (W4A4 NVFP4) but input_scale is missing or not "
        "finite for some modules",
@@ -115,20 +115,23 @@ const std::vector<FindingInfo>& finding_table() {
        "shards); the example names the pattern, the detail the file and key"},
       {"excluded_but_quantized", S::kError,
        "modules the config excludes from quantization hold packed FP4 tensors",
-       "an engine builds an unquantized layer for them and loads packed bytes as BF16: garbage",
+       "a loader that follows the configs builds an unquantized layer and reads packed bytes as "
+       "BF16: garbage",
        "remove them from the exclusion list (or store them unquantized)",
        "a module whose tensors classify as NVFP4 or MXFP4 (dtypes and shapes) while the "
        "config's claim for it is unquantized because an exclusion pattern matches it"},
       {"quantized_but_not_declared", S::kError,
        "modules hold packed FP4 tensors that the configs do not declare as quantized",
-       "an engine builds an unquantized layer and fails on the shape or loads garbage",
+       "a loader that follows the configs builds an unquantized layer and fails on the shape or "
+       "reads garbage",
        "declare them (quantized_layers, config_groups) or store them unquantized",
        "the same without a matching exclusion: the dialect's rules leave the module unquantized "
        "(routers, quant_method mxfp4 outside the experts, DeepSeek-V4 gates, modules outside "
        "quantized_layers or config_groups targets)"},
       {"declared_but_not_quantized", S::kError,
        "modules the configs declare quantized hold unquantized (BF16/F16/F32) weights",
-       "an engine builds a quantized layer and fails to load the tensor shapes, or reads BF16 "
+       "a loader that follows the configs builds a quantized layer and fails on the tensor "
+       "shapes, or reads BF16 "
        "bytes as packed FP4",
        "add them to the exclusion list or quantize them",
        "a linear module (routed, shared or MTP experts, attention, dense MLP) holds a float "
