@@ -29,70 +29,57 @@ namespace f = fp4moe::formats;
 // ---------------------------------------------------------------------------------------------
 // Element codecs
 
-enum class Codec : uint8_t { kE2m1, kE4m3, kUe4m3, kE8m0, kBf16, kFp16 };
+// One row per element codec: its name and its byte (or uint16) encoder and decoder.
+struct CodecRow {
+  std::string_view name;
+  uint8_t (*encode8)(float);
+  float (*decode8)(uint8_t);
+  uint16_t (*encode16)(float);  // set for the 16-bit codecs instead of the byte pair
+  float (*decode16)(uint16_t);
+};
 
-Result<Codec> parse_codec(const char* kind) {
+const CodecRow kCodecs[] = {
+    {"e2m1", f::encode_e2m1, f::decode_e2m1, nullptr, nullptr},
+    {"e4m3", f::encode_e4m3, f::decode_e4m3, nullptr, nullptr},
+    {"ue4m3", f::encode_ue4m3, f::decode_ue4m3, nullptr, nullptr},
+    {"e8m0", f::encode_e8m0, f::decode_e8m0, nullptr, nullptr},
+    {"bf16", nullptr, nullptr, f::encode_bf16, f::decode_bf16},
+    {"fp16", nullptr, nullptr, f::encode_fp16, f::decode_fp16},
+};
+
+Result<const CodecRow*> parse_codec(const char* kind) {
   if (kind == nullptr) return Error{"argument 'kind' is null"};
-  const std::string_view k = kind;
-  if (k == "e2m1") return Codec::kE2m1;
-  if (k == "e4m3") return Codec::kE4m3;
-  if (k == "ue4m3") return Codec::kUe4m3;
-  if (k == "e8m0") return Codec::kE8m0;
-  if (k == "bf16") return Codec::kBf16;
-  if (k == "fp16") return Codec::kFp16;
-  return Error{"unknown kind '" + std::string(k) +
-               "' (expected e2m1, e4m3, ue4m3, e8m0, bf16 or fp16)"};
+  std::string names;
+  for (const CodecRow& row : kCodecs) {
+    if (row.name == kind) return &row;
+    names += (names.empty() ? "" : ", ") + std::string(row.name);
+  }
+  return Error{"unknown kind '" + std::string(kind) + "' (expected one of " + names + ")"};
 }
 
-bool is_16_bit(Codec c) { return c == Codec::kBf16 || c == Codec::kFp16; }
-
 // Checks x (floats) and codes (bytes or uint16s, by codec) against n values.
-Status check_codec_buffers(Codec codec, const float* x, size_t x_size, const void* codes,
+Status check_codec_buffers(const CodecRow& codec, const float* x, size_t x_size, const void* codes,
                            size_t codes_size, size_t n) {
   const std::string needer = "the shape [" + std::to_string(n) + "]";
   FP4MOE_RETURN_IF_ERROR(check_buffer("x", x, x_size, n, needer));
-  if (is_16_bit(codec)) {
+  if (codec.encode16 != nullptr) {
     return check_buffer("codes", static_cast<const uint16_t*>(codes), codes_size, n, needer);
   }
   return check_buffer("codes", static_cast<const uint8_t*>(codes), codes_size, n, needer);
-}
-
-template <class Code, class Fn>
-void encode_all(const float* x, void* codes, size_t n, Fn encode) {
-  auto* out = static_cast<Code*>(codes);
-  for (size_t i = 0; i < n; ++i) out[i] = encode(x[i]);
-}
-
-template <class Code, class Fn>
-void decode_all(const void* codes, float* x, size_t n, Fn decode) {
-  const auto* in = static_cast<const Code*>(codes);
-  for (size_t i = 0; i < n; ++i) x[i] = decode(in[i]);
 }
 
 Status encode(const char* kind, const float* x, size_t x_size, void* codes, size_t codes_size,
               size_t n) {
   auto codec = parse_codec(kind);
   if (!codec.ok()) return codec.error();
-  FP4MOE_RETURN_IF_ERROR(check_codec_buffers(*codec, x, x_size, codes, codes_size, n));
-  switch (*codec) {
-    case Codec::kE2m1:
-      encode_all<uint8_t>(x, codes, n, f::encode_e2m1);
-      break;
-    case Codec::kE4m3:
-      encode_all<uint8_t>(x, codes, n, f::encode_e4m3);
-      break;
-    case Codec::kUe4m3:
-      encode_all<uint8_t>(x, codes, n, f::encode_ue4m3);
-      break;
-    case Codec::kE8m0:
-      encode_all<uint8_t>(x, codes, n, f::encode_e8m0);
-      break;
-    case Codec::kBf16:
-      encode_all<uint16_t>(x, codes, n, f::encode_bf16);
-      break;
-    case Codec::kFp16:
-      encode_all<uint16_t>(x, codes, n, f::encode_fp16);
-      break;
+  FP4MOE_RETURN_IF_ERROR(check_codec_buffers(**codec, x, x_size, codes, codes_size, n));
+  const CodecRow& c = **codec;
+  for (size_t i = 0; i < n; ++i) {
+    if (c.encode16 != nullptr) {
+      static_cast<uint16_t*>(codes)[i] = c.encode16(x[i]);
+    } else {
+      static_cast<uint8_t*>(codes)[i] = c.encode8(x[i]);
+    }
   }
   return Status::Ok();
 }
@@ -101,26 +88,11 @@ Status decode(const char* kind, const void* codes, size_t codes_size, float* x, 
               size_t n) {
   auto codec = parse_codec(kind);
   if (!codec.ok()) return codec.error();
-  FP4MOE_RETURN_IF_ERROR(check_codec_buffers(*codec, x, x_size, codes, codes_size, n));
-  switch (*codec) {
-    case Codec::kE2m1:
-      decode_all<uint8_t>(codes, x, n, f::decode_e2m1);
-      break;
-    case Codec::kE4m3:
-      decode_all<uint8_t>(codes, x, n, f::decode_e4m3);
-      break;
-    case Codec::kUe4m3:
-      decode_all<uint8_t>(codes, x, n, f::decode_ue4m3);
-      break;
-    case Codec::kE8m0:
-      decode_all<uint8_t>(codes, x, n, f::decode_e8m0);
-      break;
-    case Codec::kBf16:
-      decode_all<uint16_t>(codes, x, n, f::decode_bf16);
-      break;
-    case Codec::kFp16:
-      decode_all<uint16_t>(codes, x, n, f::decode_fp16);
-      break;
+  FP4MOE_RETURN_IF_ERROR(check_codec_buffers(**codec, x, x_size, codes, codes_size, n));
+  const CodecRow& c = **codec;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = c.decode16 != nullptr ? c.decode16(static_cast<const uint16_t*>(codes)[i])
+                                 : c.decode8(static_cast<const uint8_t*>(codes)[i]);
   }
   return Status::Ok();
 }

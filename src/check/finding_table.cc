@@ -93,7 +93,9 @@ const std::vector<FindingInfo>& finding_table() {
        "(compressed-tensors divisors inverted) differ by more than 1e-5 relative (vLLM's allclose "
        "rtol); count = pairs, the summary gives the pairs per decoder layer and the worst ratio, "
        "examples the worst pairs. Modules flagged by global_scale_convention are left out, and "
-       "FP8 per-tensor pairs are not judged: the ModelOpt FP8 MoE methods of vLLM and SGLang (modelopt.py, modelopt_quant.py: \"We take the max of the w1 and w3 scales\") requantize both to the larger scale"},
+       "FP8 per-tensor pairs are not judged: the ModelOpt FP8 MoE methods of vLLM and SGLang "
+       "(modelopt.py, modelopt_quant.py: \"We take the max of the w1 and w3 scales\") requantize "
+       "both to the larger scale"},
       {"w4a4_without_input_scale", S::kError,
        "activation quantization is declared (W4A4 NVFP4) but input_scale is missing or not "
        "finite for some modules",
