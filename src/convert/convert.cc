@@ -2,12 +2,9 @@
 // shared tensor scale, stream every tensor to the writer in source order, rewrite the configs.
 #include "convert/convert.h"
 
-#include <fcntl.h>
 #include <fnmatch.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
