@@ -91,6 +91,7 @@ struct Module {
   size_t group = 0;
   std::vector<uint8_t> packed, block_scales;  // output, alive until written
   float tensor_scale = 1.0f;
+  float input_scale = 1.0f;  // NVFP4 W4A4 output: activation amax / (6 * 448)
   bool hole = false;  // the source is file holes (all zeros): outputs written as holes
 };
 
@@ -325,18 +326,26 @@ Status convert_group(const CheckpointDir& dir, std::vector<Module*>& members, Ta
   return quantize_group(dir, members, to, summary);
 }
 
-std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(
-    const CheckpointDir& dir, const std::vector<Module>& modules) {
+std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const CheckpointDir& dir,
+                                                                 const std::vector<Module>& modules,
+                                                                 Nvfp4Dialect dialect,
+                                                                 bool calibrated) {
+  const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
+  const std::string algo(dialect_name(dialect));
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& m : modules) {
-    layers[container_of(m.name)] = {{"quant_algo", "W4A16_NVFP4"}, {"group_size", 16}};
+    layers[container_of(m.name)] = {{"quant_algo", algo}, {"group_size", 16}};
   }
-  const nlohmann::json producer = {
-      {"name", "fp4moe"},
-      {"version", kVersion},
-      {"note",
-       "weight-only NVFP4 (ModelOpt W4A16_NVFP4): converted without calibration data, so "
-       "there are no input_scale tensors; activations stay in BF16"}};
+  const char* note =
+      !w4a4 ? "weight-only NVFP4 (ModelOpt W4A16_NVFP4): no input_scale tensors; activations "
+              "stay in BF16"
+      : calibrated
+          ? "NVFP4 (ModelOpt NVFP4, W4A4): input_scale from the activation amax file given to "
+            "fp4moe convert --activation-amax"
+          : "NVFP4 (ModelOpt NVFP4, W4A4) declared so that engines route the experts to their "
+            "NVFP4 MoE methods; input_scale is an UNCALIBRATED default (1.0, activation amax "
+            "2688): right for weight-only (Marlin) kernels, which ignore it, not for W4A4 kernels";
+  const nlohmann::json producer = {{"name", "fp4moe"}, {"version", kVersion}, {"note", note}};
   nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
   nlohmann::json qc =
       config.contains("quantization_config") && config["quantization_config"].is_object()
@@ -349,9 +358,9 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(
   // TensorRT-LLM reads hf_quant_config.json, vLLM reads quantized_layers per module.
   if (!qc.contains("quant_method")) qc["quant_method"] = "modelopt";
   qc["quant_algo"] = "MIXED_PRECISION";
-  // Weight-only: ModelOpt's name for NVFP4 weights with BF16 activations. An engine that only
-  // knows "NVFP4" (W4A4) would look for input_scale tensors that do not exist.
-  qc["moe_quant_algo"] = "W4A16_NVFP4";
+  // The DeepSeek-V4 paths of SGLang and vLLM compare this key with "NVFP4" exactly
+  // (docs/ENGINES.md); W4A16_NVFP4 there falls through to their MXFP4 expert method.
+  qc["moe_quant_algo"] = algo;
   qc["group_size"] = 16;
   qc["kv_cache_quant_algo"] = nullptr;
   qc["producer"] = producer;
@@ -360,7 +369,10 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(
       {"group_0",
        {{"targets", {"Linear"}},
         {"weights", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}}},
-        {"input_activations", nullptr}}}};
+        {"input_activations",
+         w4a4 ? nlohmann::json{{"num_bits", 4}, {"type", "float"}, {"group_size", 16},
+                               {"dynamic", false}}
+              : nlohmann::json(nullptr)}}}};
   // NVIDIA's exclusions for DeepSeek-V4, less any the user chose to convert with --modules.
   nlohmann::json ignore = nlohmann::json::array();
   if (deepseek_v4) {
@@ -417,7 +429,68 @@ Result<nlohmann::json> rewrite_mxfp4_config(const CheckpointDir& dir,
   return config;
 }
 
+// The input scale of every converted module: from the calibration entries (first glob match), or
+// the documented default when none were given. A module no entry covers is an error, so a
+// calibration file that misses a layer cannot pass silently.
+Status assign_input_scales(const std::vector<ActivationAmax>& amax, std::vector<Module>& modules,
+                           ConvertSummary& summary) {
+  for (auto& m : modules) {
+    double a = kDefaultActivationAmax;
+    if (!amax.empty()) {
+      const auto it = std::find_if(amax.begin(), amax.end(), [&](const ActivationAmax& e) {
+        return fnmatch(e.modules.c_str(), m.name.c_str(), 0) == 0;
+      });
+      if (it == amax.end()) {
+        return Error{"--activation-amax: no entry matches module '" + m.name +
+                     "'; every converted module needs its activation amax"};
+      }
+      a = it->amax;
+      ++summary.input_scales_calibrated;
+    } else {
+      ++summary.input_scales_default;
+    }
+    m.input_scale = static_cast<float>(a / (6.0 * 448.0));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::string_view dialect_name(Nvfp4Dialect dialect) {
+  return dialect == Nvfp4Dialect::kW4A4 ? "NVFP4" : "W4A16_NVFP4";
+}
+
+Result<std::vector<ActivationAmax>> read_activation_amax(const fs::path& file) {
+  auto json = checkpoint::read_json_file(file);
+  if (!json.ok()) return json.error();
+  const std::string where = file.string() + ": ";
+  if (!json->is_object() || json->value("format", "") != "fp4moe.activation_amax.v1") {
+    return Error{where + "not an activation amax file (expected an object with \"format\": "
+                         "\"fp4moe.activation_amax.v1\")"};
+  }
+  const auto entries = json->find("amax");
+  if (entries == json->end() || !entries->is_array() || entries->empty()) {
+    return Error{where + "\"amax\" must be a non-empty list of {\"modules\": GLOB, \"amax\": X}"};
+  }
+  std::vector<ActivationAmax> out;
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const auto& e = (*entries)[i];
+    const std::string at = where + "amax[" + std::to_string(i) + "]: ";
+    if (!e.is_object() || !e.contains("modules") || !e["modules"].is_string() ||
+        e["modules"].get<std::string>().empty()) {
+      return Error{at + "needs \"modules\", a non-empty glob over module names"};
+    }
+    if (!e.contains("amax") || !e["amax"].is_number()) {
+      return Error{at + "needs \"amax\", a number"};
+    }
+    const double a = e["amax"].get<double>();
+    if (!std::isfinite(a) || a <= 0) {
+      return Error{at + "amax must be finite and > 0, got " + e["amax"].dump()};
+    }
+    out.push_back({e["modules"].get<std::string>(), a});
+  }
+  return out;
+}
 
 Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path& destination_in,
                                           const ConvertOptions& options) {
@@ -511,6 +584,16 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   const bool to_nvfp4 = options.to == TargetFormat::kNvfp4;
 
   ConvertSummary summary;
+  const bool w4a4 = to_nvfp4 && options.dialect == Nvfp4Dialect::kW4A4;
+  summary.dialect = options.dialect;
+  if (!to_nvfp4 && !options.activation_amax.empty()) {
+    return Error{"--activation-amax applies to NVFP4 output only (--to nvfp4)"};
+  }
+  if (to_nvfp4 && !w4a4 && !options.activation_amax.empty()) {
+    return Error{"--activation-amax gives input scales, which the weight-only dialect "
+                 "W4A16_NVFP4 does not have; drop it or write the NVFP4 dialect"};
+  }
+  if (w4a4) FP4MOE_RETURN_IF_ERROR(assign_input_scales(options.activation_amax, modules, summary));
   checkpoint::WriterOptions writer_options;
   writer_options.max_shard_bytes = options.max_shard_bytes;
   writer_options.source_dir = source;
@@ -518,7 +601,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   writer_options.cancel = options.cancel;
   writer_options.on_remove_progress = options.on_remove_progress;
   if (to_nvfp4) {
-    std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(*dir, modules);
+    std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(
+        *dir, modules, options.dialect, !options.activation_amax.empty());
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
   } else {
     auto config = rewrite_mxfp4_config(*dir, modules);
@@ -531,6 +615,11 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   for (size_t i = 0; i < modules.size(); ++i) {
     module_of_weight[modules[i].weight->info->name] = i;
     if (modules[i].scale != nullptr) module_of_scale[modules[i].scale->info->name] = i;
+    // A source activation scale (an FP8 module's) belongs to the old format: NVFP4 output writes
+    // its own (W4A4) or none (weight-only).
+    if (to_nvfp4 && dir->find(modules[i].name + ".input_scale") != nullptr) {
+      module_of_scale[modules[i].name + ".input_scale"] = i;
+    }
   }
   // The plan: source order; a converted weight becomes the target's tensors, its scales dropped.
   std::vector<TensorSpec> plan;
@@ -543,6 +632,7 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
         plan.push_back({m.name + ".weight", DType::U8, {m.rows, m.cols / 2}});
         plan.push_back({m.name + ".weight_scale", DType::F8_E4M3, {m.rows, m.cols / 16}});
         plan.push_back({m.name + ".weight_scale_2", DType::F32, {}});
+        if (w4a4) plan.push_back({m.name + ".input_scale", DType::F32, {}});
       } else {
         plan.push_back({m.name + ".weight", DType::I8, {m.rows, m.cols / 2}});
         plan.push_back({m.name + ".scale", DType::F8_E8M0, {m.rows, m.cols / 32}});
@@ -611,6 +701,10 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       if (to_nvfp4) {
         FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale_2",
                                              std::as_bytes(std::span(&m.tensor_scale, 1))));
+        if (w4a4) {
+          FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".input_scale",
+                                               std::as_bytes(std::span(&m.input_scale, 1))));
+        }
       }
       summary.bytes_written +=
           static_cast<uint64_t>(m.rows * m.cols) / (to_nvfp4 ? 16 : 32) * (to_nvfp4 ? 9 : 17);

@@ -33,8 +33,36 @@ struct ConvertProgress {
 
 enum class TargetFormat { kNvfp4, kMxfp4 };
 
+// How converted NVFP4 modules are declared (docs/ENGINES.md has the contract per engine).
+//   kW4A4:  ModelOpt `NVFP4`, what NVIDIA's DeepSeek-V4-Flash-NVFP4 says and the only spelling
+//           the DeepSeek-V4 paths of released SGLang (0.5.14+) and vLLM (0.22+) route to their
+//           NVFP4 MoE methods; it declares FP4 activations, so every module gets an
+//           `input_scale` (calibrated from --activation-amax, or the documented default).
+//   kW4A16: ModelOpt `W4A16_NVFP4`, weight-only, no `input_scale`; read by the generic ModelOpt
+//           paths (modelopt_mixed), not by the DeepSeek-V4 ones.
+enum class Nvfp4Dialect { kW4A4, kW4A16 };
+std::string_view dialect_name(Nvfp4Dialect dialect);  // "NVFP4" / "W4A16_NVFP4"
+
+// The activation amax assumed for a module no calibration covers: 6 * 448, so that
+// input_scale = amax / (6 * 448) = 1.0 (ModelOpt's convention, FORMATS.md §2). Engines that run
+// NVFP4 weights through a weight-only kernel (Marlin) never read it; W4A4 kernels quantize
+// activations with it, so convert's report flags every module that got it as uncalibrated.
+inline constexpr double kDefaultActivationAmax = 6.0 * 448.0;
+
+// Calibrated activation maxima, per module glob (first match wins), read from a file by
+// `read_activation_amax` (format in docs/CONVERT.md: {"format": "fp4moe.activation_amax.v1",
+// "amax": [{"modules": GLOB, "amax": X}, ...]}).
+struct ActivationAmax {
+  std::string modules;  // fnmatch glob over module names, e.g. "layers.3.ffn.experts.*.w2"
+  double amax = 0;      // finite, > 0
+};
+Result<std::vector<ActivationAmax>> read_activation_amax(const std::filesystem::path& file);
+
 struct ConvertOptions {
   TargetFormat to = TargetFormat::kNvfp4;
+  Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;
+  // kW4A4 only: every converted module must match one entry; empty: the default amax for all.
+  std::vector<ActivationAmax> activation_amax;
   std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
   // Replace an existing destination: it must be a checkpoint directory (config.json or
   // *.safetensors) or empty, and it is swapped out atomically only after the new one is complete
@@ -60,6 +88,9 @@ struct ConvertSummary {
   size_t modules_quantized = 0;       // of which quantized from BF16 / FP8 values
   double max_quantize_rel_error = 0;  // worst ||dequant(q) - w|| / ||w|| of a quantized module
   size_t tensors_copied = 0;
+  Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;  // NVFP4 output only
+  size_t input_scales_calibrated = 0;  // kW4A4: modules whose input_scale came from a file
+  size_t input_scales_default = 0;     // kW4A4: modules given kDefaultActivationAmax
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double seconds = 0.0;

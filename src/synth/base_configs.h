@@ -1,5 +1,6 @@
-// Real config.json / hf_quant_config.json texts (from tests/data/corpus/) that synthetic layouts
-// edit.
+// Real config.json / hf_quant_config.json texts of tests/data/corpus/ (see its SOURCES.md),
+// embedded at build time by src/synth/CMakeLists.txt, that synthetic layouts start from. The lists
+// that depend on the layer count (quantized_layers, exclude_modules) are rebuilt by synth.cc.
 #pragma once
 
 namespace fp4moe::synth::base_configs {
@@ -12,6 +13,7 @@ extern const char* const kDeepseekV3;
 extern const char* const kRedHatDeepseekV4FlashNvfp4Fp8;  // compressed-tensors mixed-precision
 extern const char* const kNvidiaQwen3_235bNvfp4;          // ModelOpt NVFP4 (no quantization_config)
 extern const char* const kNvidiaQwen3_235bNvfp4HfQuant;
-extern const char* const kQwen3_30bA3b;  // BF16 original (quantization_config removed)
+extern const char* const kQwen3_30bA3bFp8;  // the FP8 release; synth.cc drops its
+                                            // quantization_config for the BF16 original
 
 }  // namespace fp4moe::synth::base_configs

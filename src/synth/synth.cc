@@ -649,9 +649,10 @@ Status write_synthetic(Layout layout, const fs::path& dir, const SynthOptions& o
     case Layout::kModeloptNvfp4:
     case Layout::kBf16: {
       const bool nv = layout == Layout::kModeloptNvfp4;
-      const char* text = nv ? base_configs::kNvidiaQwen3_235bNvfp4 : base_configs::kQwen3_30bA3b;
+      const char* text = nv ? base_configs::kNvidiaQwen3_235bNvfp4 : base_configs::kQwen3_30bA3bFp8;
       const Counts n = counts(text, "num_hidden_layers", "num_experts");
       config = json::parse(text);
+      if (!nv) config.erase("quantization_config");  // Qwen/Qwen3-30B-A3B, the BF16 original
       edit_qwen3_config(config, n);
       if (nv) {
         hf_quant = json::parse(base_configs::kNvidiaQwen3_235bNvfp4HfQuant);

@@ -109,10 +109,19 @@ def test_convert_is_lossless_and_engine_readable(tmp_path, rng):
         assert out[name].tobytes() == source[name].tobytes()
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     qc = config["quantization_config"]
-    assert qc["quant_method"] == "fp8" and qc["moe_quant_algo"] == "W4A16_NVFP4"
-    assert qc["quant_algo"] == "MIXED_PRECISION" and "mtp.*" in qc["ignore"]
-    assert qc["quantized_layers"]["layers.1.ffn.experts"] == {"quant_algo": "W4A16_NVFP4", "group_size": 16}
-    assert not any(k.endswith("input_scale") for k in out), "weight-only: no invented input_scale"
+    # The default dialect is what the DeepSeek-V4 paths of SGLang >= 0.5.14 and vLLM >= 0.22 route to
+    # NVFP4: moe_quant_algo exactly "NVFP4", which declares FP4 activations, so every converted
+    # module has an input_scale: here the documented uncalibrated default, amax 6 * 448 -> 1.0.
+    assert qc["quant_method"] == "fp8" and qc["moe_quant_algo"] == "NVFP4"
+    assert qc["quant_algo"] == "MIXED_PRECISION" and "mtp.*" in qc["ignore"] and qc["group_size"] == 16
+    assert qc["quantized_layers"]["layers.1.ffn.experts"] == {"quant_algo": "NVFP4", "group_size": 16}
+    assert qc["config_groups"]["group_0"]["input_activations"]["num_bits"] == 4
+    assert "UNCALIBRATED" in qc["producer"]["note"]
+    scales = {k: v for k, v in out.items() if k.endswith(".input_scale")}
+    assert len(scales) == 2 * 4 * 3 and not any(k.startswith("mtp.") for k in scales)
+    assert all(v.dtype == F32 and v.shape == () and v == F32(6 * 448) / F32(6 * 448) for v in scales.values())
+    assert report["dialect"] == "NVFP4"
+    assert report["input_scales"] == {"calibrated": 0, "uncalibrated_default": 24, "default_value": 1.0}
     hf = json.loads((tmp_path / "out" / "hf_quant_config.json").read_text())
     assert hf["quantization"]["quant_algo"] == "MIXED_PRECISION"
     assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"fake": "tokenizer"}'
@@ -122,6 +131,58 @@ def test_convert_is_lossless_and_engine_readable(tmp_path, rng):
     assert manifest["summary"]["routed_experts"] == "nvfp4"
     assert manifest["summary"]["mtp_experts"] == "mxfp4"
     assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
+
+
+def test_convert_dialects_and_activation_amax(tmp_path, rng):
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=2, layers=2)
+    # Weight-only: ModelOpt's W4A16_NVFP4, no input_scale, no activation declaration.
+    run("convert", src, tmp_path / "w4a16", "--dialect", "w4a16_nvfp4")
+    qc = json.loads((tmp_path / "w4a16" / "config.json").read_text())["quantization_config"]
+    assert qc["moe_quant_algo"] == "W4A16_NVFP4"
+    assert qc["quantized_layers"]["layers.0.ffn.experts"]["quant_algo"] == "W4A16_NVFP4"
+    assert qc["config_groups"]["group_0"]["input_activations"] is None
+    out = load_file(str(tmp_path / "w4a16" / "model.safetensors"))
+    assert not any(k.endswith("input_scale") for k in out), "weight-only: no invented input_scale"
+    manifest = json.loads(run("inspect", tmp_path / "w4a16", "--json").stdout)
+    assert manifest["summary"]["routed_experts"] == "nvfp4"
+
+    # Calibrated: per module glob, first match wins; input_scale = amax / (6 * 448), ModelOpt's rule.
+    amax = {"format": "fp4moe.activation_amax.v1",
+            "amax": [{"modules": "layers.1.ffn.experts.*.w2", "amax": 812.5},
+                     {"modules": "layers.1.ffn.experts.*", "amax": 9.25},
+                     {"modules": "layers.0.*", "amax": 3.0}]}
+    (tmp_path / "amax.json").write_text(json.dumps(amax))
+    proc = run("convert", src, tmp_path / "cal", "--activation-amax", tmp_path / "amax.json", "--json")
+    assert json.loads(proc.stdout)["input_scales"] == {"calibrated": 12, "uncalibrated_default": 0,
+                                                        "default_value": None}
+    out = load_file(str(tmp_path / "cal" / "model.safetensors"))
+    expect = {"layers.1.ffn.experts.0.w2": 812.5, "layers.1.ffn.experts.1.w1": 9.25,
+              "layers.1.ffn.experts.1.w3": 9.25, "layers.0.ffn.experts.0.w2": 3.0}
+    for module, a in expect.items():
+        assert out[f"{module}.input_scale"] == F32(a / (6 * 448)), module
+    qc = json.loads((tmp_path / "cal" / "config.json").read_text())["quantization_config"]
+    assert "UNCALIBRATED" not in qc["producer"]["note"]
+    manifest = json.loads(run("inspect", tmp_path / "cal", "--json").stdout)
+    assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
+
+    # Bad calibration input: exit 2, the file and the reason named, nothing written.
+    def bad(name, content, *extra, says):
+        (tmp_path / name).write_text(content)
+        p = run("convert", src, tmp_path / f"o-{name}", "--activation-amax", tmp_path / name, *extra, check=False)
+        assert p.returncode == 2 and says in p.stderr, (name, p.returncode, p.stderr)
+        assert not (tmp_path / f"o-{name}").exists()
+    bad("gap.json", json.dumps({"format": "fp4moe.activation_amax.v1",
+                                "amax": [{"modules": "layers.0.*", "amax": 1.0}]}),
+        says="no entry matches module 'layers.1.ffn.experts.0.w1'")
+    bad("neg.json", json.dumps({"format": "fp4moe.activation_amax.v1",
+                                "amax": [{"modules": "*", "amax": -1}]}), says="amax[0]: amax must be finite and > 0")
+    bad("nan.json", '{"format": "fp4moe.activation_amax.v1", "amax": [{"modules": "*", "amax": NaN}]}',
+        says="amax[0]: needs \"amax\", a number")
+    bad("fmt.json", json.dumps({"amax": []}), says="not an activation amax file")
+    bad("broken.json", "{", says="broken.json")
+    bad("w4a16.json", json.dumps(amax), "--dialect", "w4a16_nvfp4", says="weight-only dialect")
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
 
 
 def test_convert_bad_input(tmp_path, rng):
