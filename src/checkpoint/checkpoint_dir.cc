@@ -11,12 +11,14 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "checkpoint/hf_cache.h"
+
 namespace fp4moe::checkpoint {
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kIndexName = kIndexFileName;
 constexpr std::string_view kSingleName = "model.safetensors";
 
 std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
@@ -144,6 +146,94 @@ Result<nlohmann::json> parse_json_text(std::string_view raw, std::string_view la
   }
 }
 
+namespace {
+
+// Why a shard name from an index or a listing cannot be a file of the directory, or nullopt.
+std::optional<std::string> shard_name_problem(std::string_view name) {
+  if (name.empty()) return "empty shard name";
+  const fs::path rel(name);
+  if (rel.is_absolute()) return "absolute path leaves the checkpoint directory";
+  for (const fs::path& part : rel) {
+    if (part == "..") return "'..' leaves the checkpoint directory";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Status check_contained(const fs::path& dir, const fs::path& file, std::string_view what) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(file, ec);
+  if (ec) return Error{std::string(what) + ": cannot resolve: " + ec.message()};
+  if (path_is_inside(real, dir)) return Status::Ok();
+  const std::optional<fs::path> blobs = hf_snapshot_blobs(dir);
+  if (blobs && path_is_inside(real, *blobs)) return Status::Ok();
+  return Error{std::string(what) + ": resolves to " + real.string() +
+               ", outside the checkpoint directory (symlink)" +
+               (blobs ? " and outside its Hugging Face cache repo's " + blobs->string() : "")};
+}
+
+Result<nlohmann::json> read_checkpoint_json(const fs::path& dir, std::string_view name) {
+  const fs::path file = dir / std::string(name);
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(file, ec);
+  if (link.type() == fs::file_type::not_found) return nlohmann::json();
+  if (link.type() == fs::file_type::symlink && !fs::exists(file, ec)) {
+    return Error{file.string() + ": dangling symlink to " + fs::read_symlink(file, ec).string() +
+                 " (a file whose download did not finish?)"};
+  }
+  FP4MOE_RETURN_IF_ERROR(check_contained(dir, file, file.string()));
+  return read_json_file(file);
+}
+
+Result<std::optional<SafetensorsIndex>> read_safetensors_index(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec) return Error{dir.string() + ": cannot resolve: " + ec.message()};
+  auto json = read_checkpoint_json(root, kIndexName);
+  if (!json.ok()) return json.error();
+  if (json->is_null()) return std::optional<SafetensorsIndex>{};
+  SafetensorsIndex idx;
+  idx.file = root / kIndexName;
+  const std::string label = idx.file.string();
+  const auto wm = json->is_object() ? json->find("weight_map") : json->end();
+  if (!json->is_object() || wm == json->end() || !wm->is_object()) {
+    return Error{label + ": missing 'weight_map' object"};
+  }
+  if (const auto meta = json->find("metadata"); meta != json->end() && !meta->is_null()) {
+    if (!meta->is_object()) return Error{label + ": 'metadata' is not an object"};
+    if (const auto total = meta->find("total_size"); total != meta->end() && !total->is_null()) {
+      // Writers store it as an integer; some as a float with an integral value.
+      if (total->is_number_unsigned() || (total->is_number_integer() && *total >= 0)) {
+        idx.total_size = total->get<uint64_t>();
+      } else if (total->is_number_float() && total->get<double>() >= 0 &&
+                 total->get<double>() < 1.8e19 &&
+                 total->get<double>() == static_cast<double>(total->get<uint64_t>())) {
+        idx.total_size = total->get<uint64_t>();
+      } else {
+        return Error{label +
+                     ": 'metadata.total_size' is not a non-negative integer: " + total->dump()};
+      }
+    }
+  }
+  std::map<std::string, bool> shards;
+  for (const auto& [tensor, shard] : wm->items()) {
+    if (!shard.is_string()) {
+      return Error{label + ": weight_map entry of tensor " + in_quotes(tensor) +
+                   " is not a string"};
+    }
+    const std::string& name = shard.get_ref<const std::string&>();
+    if (auto bad = shard_name_problem(name)) {
+      return Error{label + ": index maps tensor " + in_quotes(tensor) + " to shard " +
+                   in_quotes(name) + ": " + *bad};
+    }
+    shards.emplace(name, true);
+    idx.weight_map.emplace_back(tensor, name);
+  }
+  for (const auto& [name, unused] : shards) idx.shards.push_back(name);
+  return std::optional<SafetensorsIndex>{std::move(idx)};
+}
+
 struct CheckpointDir::Impl {
   fs::path path;
   nlohmann::json config;
@@ -160,23 +250,14 @@ struct CheckpointDir::Impl {
 
   // Resolves a shard name from the index or a directory listing; `tensor` names the index entry
   // that referred to it ("" for a listing).
-  Result<fs::path> resolve_shard(std::string_view name, std::string_view tensor,
-                                 const Options& options) const {
+  Result<fs::path> resolve_shard(std::string_view name, std::string_view tensor) const {
     const std::string where =
         tensor.empty() ? "shard " + in_quotes(name)
                        : "index maps tensor " + in_quotes(tensor) + " to shard " + in_quotes(name);
     const std::string index_label = (path / kIndexName).string();
     const std::string& label = tensor.empty() ? path.string() : index_label;
-    if (name.empty()) return Error{label + ": " + where + ": empty shard name"};
-    const fs::path rel(name);
-    if (rel.is_absolute()) {
-      return Error{label + ": " + where + ": absolute path leaves the checkpoint directory"};
-    }
-    for (const fs::path& part : rel) {
-      if (part == "..")
-        return Error{label + ": " + where + ": '..' leaves the checkpoint directory"};
-    }
-    const fs::path full = path / rel;
+    if (auto bad = shard_name_problem(name)) return Error{label + ": " + where + ": " + *bad};
+    const fs::path full = path / fs::path(name);
     std::error_code ec;
     const fs::file_status st = fs::status(full, ec);
     if (st.type() == fs::file_type::not_found) {
@@ -186,12 +267,7 @@ struct CheckpointDir::Impl {
     if (st.type() != fs::file_type::regular) {
       return Error{label + ": " + where + ": not a regular file"};
     }
-    const fs::path real = fs::canonical(full, ec);
-    if (ec) return Error{label + ": " + where + ": cannot resolve: " + ec.message()};
-    if (!options.allow_symlinks_outside && !path_is_inside(real, path)) {
-      return Error{label + ": " + where + ": resolves to " + real.string() +
-                   ", outside the checkpoint directory (symlink)"};
-    }
+    FP4MOE_RETURN_IF_ERROR(check_contained(path, full, label + ": " + where));
     return full;
   }
 };
@@ -201,9 +277,7 @@ CheckpointDir::CheckpointDir(CheckpointDir&&) noexcept = default;
 CheckpointDir& CheckpointDir::operator=(CheckpointDir&&) noexcept = default;
 CheckpointDir::~CheckpointDir() = default;
 
-Result<CheckpointDir> CheckpointDir::open(const fs::path& dir) { return open(dir, Options{}); }
-
-Result<CheckpointDir> CheckpointDir::open(const fs::path& dir, const Options& options) {
+Result<CheckpointDir> CheckpointDir::open(const fs::path& dir) {
   auto impl = std::make_unique<Impl>();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Error{dir.string() + ": not a directory"};
@@ -211,46 +285,34 @@ Result<CheckpointDir> CheckpointDir::open(const fs::path& dir, const Options& op
   if (ec) return Error{dir.string() + ": cannot resolve: " + ec.message()};
   const fs::path& root = impl->path;
 
-  auto config = read_json_file(root / "config.json");
+  auto config = read_checkpoint_json(root, "config.json");
   if (!config.ok()) return config.error();
   impl->config = std::move(config).value();
-  auto quant = read_json_file(root / "hf_quant_config.json");
+  auto quant = read_checkpoint_json(root, "hf_quant_config.json");
   if (!quant.ok()) return quant.error();
   impl->hf_quant_config = std::move(quant).value();
 
   // Shard names, and for an index the tensor -> shard map it promises.
   std::vector<std::string> shard_names;
   std::vector<std::pair<std::string, uint32_t>> promised;  // tensor -> shard index
-  auto index = read_json_file(root / kIndexName);
+  auto index = read_safetensors_index(root);
   if (!index.ok()) return index.error();
-  if (!index->is_null()) {
+  if (index->has_value()) {
     impl->has_index = true;
-    const std::string label = (root / kIndexName).string();
-    const auto wm = index->find("weight_map");
-    if (!index->is_object() || wm == index->end() || !wm->is_object()) {
-      return Error{label + ": missing 'weight_map' object"};
-    }
+    const SafetensorsIndex& idx = **index;
     std::map<std::string, uint32_t> shard_ids;
-    for (const auto& [tensor, shard] : wm->items()) {
-      if (!shard.is_string()) {
-        return Error{label + ": weight_map entry of tensor " + in_quotes(tensor) +
-                     " is not a string"};
-      }
-      const std::string& name = shard.get_ref<const std::string&>();
-      auto [it, inserted] = shard_ids.emplace(name, 0);
-      if (inserted) {
-        auto resolved = impl->resolve_shard(name, tensor, options);
-        if (!resolved.ok()) return resolved.error();
-        shard_names.push_back(name);
-      }
-      promised.emplace_back(tensor, 0);
+    for (uint32_t i = 0; i < idx.shards.size(); ++i) shard_ids[idx.shards[i]] = i;
+    // Each shard is resolved once, under the first index entry that names it.
+    std::vector<bool> resolved(idx.shards.size(), false);
+    for (const auto& [tensor, shard] : idx.weight_map) {
+      const uint32_t id = shard_ids.at(shard);
+      promised.emplace_back(tensor, id);
+      if (resolved[id]) continue;
+      resolved[id] = true;
+      auto full = impl->resolve_shard(shard, tensor);
+      if (!full.ok()) return full.error();
     }
-    std::sort(shard_names.begin(), shard_names.end());
-    for (uint32_t i = 0; i < shard_names.size(); ++i) shard_ids[shard_names[i]] = i;
-    size_t k = 0;
-    for (const auto& [tensor, shard] : wm->items()) {
-      promised[k++].second = shard_ids[shard.get_ref<const std::string&>()];
-    }
+    shard_names = idx.shards;
   } else if (fs::exists(root / kSingleName, ec)) {
     shard_names.emplace_back(kSingleName);
   } else {
@@ -267,7 +329,7 @@ Result<CheckpointDir> CheckpointDir::open(const fs::path& dir, const Options& op
   }
 
   for (const std::string& name : shard_names) {
-    auto full = impl->resolve_shard(name, "", options);
+    auto full = impl->resolve_shard(name, "");
     if (!full.ok()) return full.error();
     auto header = SafetensorsHeader::read(*full);
     if (!header.ok()) return header.error();
@@ -374,10 +436,15 @@ Result<std::span<const std::byte>> CheckpointDir::data(std::string_view name) co
 std::vector<fs::path> list_side_files(const fs::path& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name[0] == '.' || is_weight_file(name)) continue;
-    if (fs::is_regular_file(e.path(), ec)) files.push_back(e.path());
+    // A side file that resolves outside the checkpoint (and outside a cache snapshot's blobs/)
+    // is never copied: it is not part of this checkpoint.
+    if (fs::is_regular_file(e.path(), ec) && check_contained(root, e.path(), name).ok()) {
+      files.push_back(e.path());
+    }
   }
   std::sort(files.begin(), files.end());
   return files;

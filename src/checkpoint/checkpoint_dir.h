@@ -4,7 +4,9 @@
 // on first request. Shards come from model.safetensors.index.json ("weight_map": tensor -> shard
 // file) when it exists, otherwise from model.safetensors, otherwise from every *.safetensors file
 // in the directory. A shard name that leaves the directory (absolute, "..", or a symlink resolving
-// outside) is an error, as is an index entry whose tensor is not in its shard.
+// outside) is an error, as is an index entry whose tensor is not in its shard. The one exception:
+// in a snapshot of the Hugging Face cache, symlinks into that same repo's blobs/ are followed
+// (hf_cache.h), because that is how huggingface_hub stores every file.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +14,9 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -34,6 +38,30 @@ Result<nlohmann::json> read_json_file(const std::filesystem::path& path);
 // The same rules on JSON text already in memory; `label` names the source in errors.
 Result<nlohmann::json> parse_json_text(std::string_view text, std::string_view label);
 
+// Checks that `file`, a path below the canonical checkpoint directory `dir`, resolves inside `dir`
+// or (for a Hugging Face cache snapshot) inside its repo's blobs/; `what` starts the error
+// ("<dir>/config.json", "index maps tensor 'x' to shard 'y'"), whose reason names where it went.
+Status check_contained(const std::filesystem::path& dir, const std::filesystem::path& file,
+                       std::string_view what);
+
+// read_json_file of `dir`/`name` after check_contained; absent = null, a dangling symlink (a cache
+// blob never downloaded) = error.
+Result<nlohmann::json> read_checkpoint_json(const std::filesystem::path& dir,
+                                            std::string_view name);
+
+// model.safetensors.index.json, validated without opening a shard: "weight_map" an object of
+// strings, every shard name relative and inside the directory (errors name the file and the
+// entry), "metadata.total_size" a non-negative integer when present.
+struct SafetensorsIndex {
+  std::filesystem::path file;
+  std::vector<std::pair<std::string, std::string>> weight_map;  // tensor -> shard, tensor order
+  std::vector<std::string> shards;                              // sorted, unique
+  std::optional<uint64_t> total_size;                           // metadata.total_size
+};
+inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
+// nullopt when `dir` has no index.
+Result<std::optional<SafetensorsIndex>> read_safetensors_index(const std::filesystem::path& dir);
+
 // Top-level regular files of `dir` that are not weights (tokenizer, generation config, chat
 // template, config.json, ...): what a converter copies unchanged. Skips hidden files and weight
 // files (*.safetensors, *.bin, *.pt, *.pth, *.ckpt, *.gguf, *.h5, *.msgpack, *.index.json).
@@ -51,13 +79,7 @@ struct CheckpointTensor {
 
 class CheckpointDir {
  public:
-  struct Options {
-    // Hugging Face hub cache snapshots are symlinks into ../../blobs; allow them only on request.
-    bool allow_symlinks_outside = false;
-  };
-
   static Result<CheckpointDir> open(const std::filesystem::path& dir);
-  static Result<CheckpointDir> open(const std::filesystem::path& dir, const Options& options);
 
   CheckpointDir(CheckpointDir&&) noexcept;
   CheckpointDir& operator=(CheckpointDir&&) noexcept;

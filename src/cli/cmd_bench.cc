@@ -8,8 +8,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "cli/cli_common.h"
 #include "cli/command.h"
 #include "core/thread_pool.h"
+#include "detect/manifest.h"
 #include "dispatch/cpu_features.h"
 #include "dispatch/measure.h"
 #include "kernels/types.h"
@@ -31,7 +33,8 @@ struct BenchOptions {
   double seconds = 2.0;
   int repeat = 1;
   int64_t batch = 1;
-  std::string checkpoint;   // --checkpoint DIR: the checkpoint's own MoE layers
+  std::string checkpoint;   // --checkpoint DIR|REPO_ID: the checkpoint's own MoE layers
+  std::string revision;     // with a repo id
   std::vector<int> layers;  // with --checkpoint; empty = every MoE layer
 };
 
@@ -42,11 +45,10 @@ int run_checkpoint_bench(const BenchOptions& o, dispatch::Precision precision) {
   options.layers = o.layers;
   options.batch = o.batch;
   options.min_seconds = o.seconds;
-  auto results = model::bench_checkpoint_layers(o.checkpoint, options);
-  if (!results.ok()) {
-    std::fprintf(stderr, "fp4moe bench: %s\n", results.error().message.c_str());
-    return 1;
-  }
+  auto resolved = checkpoint::resolve_checkpoint(o.checkpoint, o.revision);
+  if (!resolved.ok()) return report_error("bench", resolved.error(), o.json);
+  auto results = model::bench_checkpoint_layers(resolved->path, options);
+  if (!results.ok()) return report_error("bench", results.error(), o.json);
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const auto& b : *results) {
     if (o.json) {
@@ -70,9 +72,13 @@ int run_checkpoint_bench(const BenchOptions& o, dispatch::Precision precision) {
     }
   }
   if (o.json) {
-    std::printf(
-        "%s\n",
-        nlohmann::ordered_json{{"checkpoint", o.checkpoint}, {"layers", layers}}.dump().c_str());
+    std::printf("%s\n", nlohmann::ordered_json{{"schema_version", detect::kJsonSchemaVersion},
+                                               {"checkpoint", o.checkpoint},
+                                               {"source",
+                                                source_json({o.checkpoint, o.revision}, *resolved)},
+                                               {"layers", layers}}
+                            .dump()
+                            .c_str());
   }
   return 0;
 }
@@ -107,29 +113,24 @@ int run_bench(const BenchOptions& o) {
   if (static_cast<int>(o.gemv) + static_cast<int>(o.moe) +
           static_cast<int>(!o.checkpoint.empty()) !=
       1) {
-    std::fprintf(stderr,
-                 "fp4moe bench: choose exactly one of --gemv, --moe and --checkpoint DIR\n");
-    return 2;
+    return report_error("bench", Error{"choose exactly one of --gemv, --moe and --checkpoint DIR"},
+                        o.json);
+  }
+  if (!o.revision.empty() && o.checkpoint.empty()) {
+    return report_error("bench", Error{"--revision goes with --checkpoint REPO_ID"}, o.json);
   }
   const auto precision = dispatch::parse_precision(o.precision);
-  if (!precision.ok()) {
-    std::fprintf(stderr, "fp4moe bench: %s\n", precision.error().message.c_str());
-    return 2;
-  }
+  if (!precision.ok()) return report_error("bench", precision.error(), o.json);
   if (!o.checkpoint.empty()) return run_checkpoint_bench(o, *precision);
   const auto format = parse_format(o.format);
   if (!format) {
-    std::fprintf(stderr, "fp4moe bench: unknown --format '%s' (nvfp4, mxfp4, fp8_block)\n",
-                 o.format.c_str());
-    return 2;
+    return report_error(
+        "bench", Error{"unknown --format '" + o.format + "' (nvfp4, mxfp4, fp8_block)"}, o.json);
   }
   std::optional<kernels::Isa> isa;
   if (!o.isa.empty()) {
     auto parsed = dispatch::parse_isa(o.isa);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "fp4moe bench: %s\n", parsed.error().message.c_str());
-      return 2;
-    }
+    if (!parsed.ok()) return report_error("bench", parsed.error(), o.json);
     isa = *parsed;
   }
   const size_t min_bytes = static_cast<size_t>(o.min_gib * double(size_t{1} << 30));
@@ -145,10 +146,7 @@ int run_bench(const BenchOptions& o) {
                                       *precision);
         },
         ratio, round_ratios);
-    if (!sorted.ok()) {
-      std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
-      return 1;
-    }
+    if (!sorted.ok()) return report_error("bench", sorted.error(), o.json);
     const auto& rounds = *sorted;
     const dispatch::GemmBenchResult* r = &rounds[rounds.size() / 2];
     j = {{"format", r->format},
@@ -196,10 +194,7 @@ int run_bench(const BenchOptions& o) {
                                       *precision);
         },
         ratio, round_ratios);
-    if (!sorted.ok()) {
-      std::fprintf(stderr, "fp4moe bench: %s\n", sorted.error().message.c_str());
-      return 1;
-    }
+    if (!sorted.ok()) return report_error("bench", sorted.error(), o.json);
     const auto& rounds = *sorted;
     const moe::MoeBenchResult* r = &rounds[rounds.size() / 2];
     j = r->to_json();
@@ -232,7 +227,11 @@ const CommandRegistrar registrar{Command{
       app.add_option("--k", o->k, "input features")->capture_default_str();
       app.add_option("--n", o->n, "output features")->capture_default_str();
       app.add_option("--batch", o->batch, "tokens per MoE layer call")->capture_default_str();
-      app.add_option("--checkpoint", o->checkpoint, "benchmark this checkpoint's own MoE layers");
+      app.add_option("--checkpoint", o->checkpoint,
+                     "benchmark this checkpoint's own MoE layers: a directory, or a Hugging Face "
+                     "repo id read from the local hub cache");
+      app.add_option("--revision", o->revision,
+                     "with --checkpoint REPO_ID: branch, tag or commit hash (default main)");
       app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
           ->delimiter(',');
       app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512 | avx512_vnni");

@@ -5,13 +5,14 @@
 #include <memory>
 
 #include "check/check.h"
+#include "cli/cli_common.h"
 #include "cli/command.h"
 
 namespace fp4moe::cli {
 namespace {
 
 struct CheckArgs {
-  std::string dir;
+  CheckpointArg checkpoint;
   bool full = false, json = false, findings_md = false;
   uint64_t seed = 0x5eed;
   int sample_rows = 16;
@@ -33,10 +34,11 @@ int run_check(const CheckArgs& args) {
     fmt::print("{}", check::findings_markdown());
     return 0;
   }
-  if (args.dir.empty()) {
-    fmt::print(stderr, "fp4moe check: DIR is required (see fp4moe check --help)\n");
-    return 2;
+  if (args.checkpoint.spec.empty()) {
+    return report_error("check", Error{"DIR is required (see fp4moe check --help)"}, args.json);
   }
+  auto resolved = resolve_checkpoint_arg(args.checkpoint);
+  if (!resolved.ok()) return report_error("check", resolved.error(), args.json);
   check::CheckOptions options;
   options.full = args.full;
   options.seed = args.seed;
@@ -49,21 +51,18 @@ int run_check(const CheckArgs& args) {
                  total / 1e9);
     };
   }
-  auto report = check::check_checkpoint(args.dir, options);
+  auto report = check::check_checkpoint(resolved->path, options);
   if (tty) fmt::print(stderr, "\n");
-  if (!report.ok()) {
-    if (args.json) {
-      fmt::print("{}\n", nlohmann::json{{"error", report.error().message}}.dump(2));
-    }
-    fmt::print(stderr, "fp4moe check: {}\n", report.error().message);
-    return 2;
-  }
+  if (!report.ok()) return report_error("check", report.error(), args.json);
   if (args.json) {
-    fmt::print("{}\n", check::to_json(*report).dump(2));
+    nlohmann::json j = check::to_json(*report);
+    j["schema_version"] = detect::kJsonSchemaVersion;
+    j["source"] = source_json(args.checkpoint, *resolved);
+    fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", check::to_text(*report));
   }
-  return report->has_error() ? 1 : 0;
+  return report->has_error() ? kExitFailed : kExitOk;
 }
 
 const CommandRegistrar kCheck{
@@ -71,7 +70,7 @@ const CommandRegistrar kCheck{
      [](CLI::App& app) {
        auto args = std::make_shared<CheckArgs>();
        // DIR is checked in run_check: --findings-md needs none.
-       app.add_option("DIR", args->dir, "checkpoint directory (required)");
+       add_checkpoint_arg(app, args->checkpoint, "DIR", "checkpoint (required)", false);
        app.add_flag("--full", args->full, "read every weight byte (default: a seeded sample)");
        app.add_option("--seed", args->seed, "seed of the weight sample (same seed, same rows)");
        app.add_option("--sample-rows", args->sample_rows, "rows sampled per weight tensor")
@@ -81,8 +80,7 @@ const CommandRegistrar kCheck{
        app.add_flag("--json", args->json, "print the report as JSON");
        app.add_flag("--findings-md", args->findings_md,
                     "print the finding table as the Markdown reference of docs/CHECK.md");
-       app.footer(finding_list() +
-                  "\nExit status: 0 no error finding, 1 an error finding, 2 bad input or usage.");
+       app.footer(finding_list());
        return [args] { return run_check(*args); };
      },
      25}};

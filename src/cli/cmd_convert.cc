@@ -11,13 +11,16 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string_view>
 #include <thread>
 
 #include "check/check.h"
 #include "checkpoint/writer.h"
+#include "cli/cli_common.h"
 #include "cli/command.h"
 #include "convert/convert.h"
+#include "engines/rules.h"
 
 namespace fp4moe::cli {
 namespace {
@@ -79,7 +82,7 @@ class InterruptScope {
 };
 
 struct ConvertArgs {
-  std::string source, destination, to = "nvfp4";
+  std::string source, destination, to = "nvfp4", revision, dialect = "nvfp4", activation_amax;
   std::vector<std::string> modules, allow_findings;
   bool force = false, json = false, clean_partial = false;
   double max_shard_gb = 5.0;
@@ -205,9 +208,43 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The launch flags that put NVFP4 MoE on a weight-only (W4A16) kernel, per engine, from the engine
+// rules (src/engines/rules/*.json): the one place those facts live.
+std::string weight_only_nvfp4_flags() {
+  std::string out;
+  for (const auto& engine : engines::all_engines()) {
+    std::set<std::string> nvfp4_methods;  // the MoE methods the engine's rules say read NVFP4
+    for (const auto& rule : engine.rules) {
+      for (const auto& [role, c] : rule.modules) {
+        if (c.reads == "nvfp4") nvfp4_methods.insert(c.method);
+      }
+    }
+    for (const auto& b : engine.backends) {
+      if (b.path != engines::Path::kW4A16 || b.flags.empty() || !nvfp4_methods.count(b.method)) {
+        continue;
+      }
+      out += fmt::format("  {} {}{}: {} ({}) [{}]\n", engine.name, b.first.empty() ? "" : ">= ",
+                         b.first.empty() ? std::string("main") : b.first, b.flags, b.method,
+                         b.source.cite());
+    }
+  }
+  return out;
+}
+
 int run_convert(const ConvertArgs& args) {
   convert::ConvertOptions options;
   options.to = args.to == "mxfp4" ? convert::TargetFormat::kMxfp4 : convert::TargetFormat::kNvfp4;
+  options.dialect =
+      args.dialect == "w4a16_nvfp4" ? convert::Nvfp4Dialect::kW4A16 : convert::Nvfp4Dialect::kW4A4;
+  if (!args.activation_amax.empty()) {
+    auto amax = convert::read_activation_amax(args.activation_amax);
+    if (!amax.ok()) {
+      if (args.json) fmt::print("{}\n", error_json(amax.error()).dump(2));
+      say(fmt::format("fp4moe convert: {}\n", amax.error().message));
+      return exit_status(amax.error());
+    }
+    options.activation_amax = std::move(*amax);
+  }
   if (!args.modules.empty()) options.module_patterns = args.modules;
   options.force = args.force;
   options.allow_findings = args.allow_findings;
@@ -222,8 +259,13 @@ int run_convert(const ConvertArgs& args) {
   options.on_remove_progress = [&removal](uint64_t r, uint64_t t) { removal(r, t); };
   InterruptScope interrupts;
   handle_stale_partials(args.destination, args.clean_partial);
-  auto result = convert::convert_checkpoint(args.source, args.destination, options);
+  // SRC: a directory or a Hugging Face repo id (cli_common.h).
+  auto source = checkpoint::resolve_checkpoint(args.source, args.revision);
+  auto result = source.ok()
+                    ? convert::convert_checkpoint(source->path, args.destination, options)
+                    : Result<convert::ConvertSummary>(source.error());
   if (!result.ok()) {
+    if (args.json) fmt::print("{}\n", error_json(result.error()).dump(2));
     say(fmt::format("fp4moe convert: {}\n", result.error().message));
     return exit_status(result.error());
   }
@@ -238,6 +280,14 @@ int run_convert(const ConvertArgs& args) {
         {"source", args.source},
         {"destination", args.destination},
         {"to", args.to},
+        {"dialect", args.to == "nvfp4" ? nlohmann::json(convert::dialect_name(s.dialect))
+                                       : nlohmann::json(nullptr)},
+        {"input_scales",
+         {{"calibrated", s.input_scales_calibrated},
+          {"uncalibrated_default", s.input_scales_default},
+          {"default_value", s.input_scales_default > 0
+                                ? nlohmann::json(convert::kDefaultActivationAmax / (6.0 * 448.0))
+                                : nlohmann::json(nullptr)}}},
         {"modules_converted", s.modules_converted},
         {"modules_transcoded_losslessly", s.modules_transcoded},
         {"modules_quantized", s.modules_quantized},
@@ -278,9 +328,28 @@ int run_convert(const ConvertArgs& args) {
         s.max_quantize_rel_error,
         args.to == "nvfp4" ? "NVIDIA ModelOpt NVFP4 recipe" : "OCP MXFP4, floor scales");
   }
-  fmt::print("wrote {} ({})\n", args.destination,
-             args.to == "nvfp4" ? "config.json and hf_quant_config.json: W4A16_NVFP4, weight-only"
-                                : "config.json: expert_dtype fp4, DeepSeek-V4 stock layout");
+  if (args.to != "nvfp4") {
+    fmt::print("wrote {} (config.json: expert_dtype fp4, DeepSeek-V4 stock layout)\n",
+               args.destination);
+    return 0;
+  }
+  const bool w4a4 = s.dialect == convert::Nvfp4Dialect::kW4A4;
+  fmt::print("wrote {} (config.json and hf_quant_config.json: {}, {})\n", args.destination,
+             convert::dialect_name(s.dialect),
+             w4a4 ? "FP4 weights and declared FP4 activations with input_scale"
+                  : "weight-only, no input_scale");
+  if (w4a4 && s.input_scales_default > 0) {
+    fmt::print(
+        "warning: input_scale of {} modules is the UNCALIBRATED default {} (activation amax "
+        "{:.0f}): weight-only NVFP4 MoE kernels (Marlin) ignore it; W4A4 kernels (the sm_100 "
+        "defaults) would quantize activations with it. Calibrate with --activation-amax FILE, or "
+        "serve with a weight-only MoE backend:\n{}",
+        s.input_scales_default, convert::kDefaultActivationAmax / (6.0 * 448.0),
+        convert::kDefaultActivationAmax, weight_only_nvfp4_flags());
+  } else if (w4a4) {
+    fmt::print("input_scale of {} modules calibrated from {}\n", s.input_scales_calibrated,
+               args.activation_amax);
+  }
   return 0;
 }
 
@@ -292,11 +361,23 @@ const CommandRegistrar kConvert{
            "input or usage, 130/143 interrupted (SIGINT/SIGTERM; partial output removed, the "
            "destination left as it was).");
        auto args = std::make_shared<ConvertArgs>();
-       app.add_option("SRC", args->source, "source checkpoint directory (never modified)")
+       app.add_option("SRC", args->source,
+                      "source checkpoint directory (never modified), or a Hugging Face repo id "
+                      "read from the local hub cache")
            ->required();
+       app.add_option("--revision", args->revision,
+                      "with a repo id as SRC: branch, tag or commit hash (default main)");
        app.add_option("DST", args->destination, "destination directory (must not exist)")
            ->required();
        app.add_option("--to", args->to, "target format")->check(CLI::IsMember({"nvfp4", "mxfp4"}));
+       app.add_option("--dialect", args->dialect,
+                      "with --to nvfp4: nvfp4 (ModelOpt NVFP4, with input_scale; what the "
+                      "DeepSeek-V4 paths of SGLang >= 0.5.14 and vLLM >= 0.22 route to NVFP4) or "
+                      "w4a16_nvfp4 (weight-only, no input_scale; generic ModelOpt paths only)")
+           ->check(CLI::IsMember({"nvfp4", "w4a16_nvfp4"}));
+       app.add_option("--activation-amax", args->activation_amax,
+                      "calibrated activation maxima per module glob (JSON, docs/CONVERT.md) for "
+                      "the input_scale of the nvfp4 dialect; without it a flagged default is used");
        app.add_option("--modules", args->modules,
                       "module globs to convert (default: routed experts, layers.*.ffn.experts.*)");
        app.add_flag("--force", args->force,

@@ -1,21 +1,28 @@
-// `fp4moe plan DIR --target T`: the kernel and hardware path of every module group, with a
-// batch-1 decode roofline; `--html FILE` draws all targets on one self-contained page.
+// `fp4moe plan DIR [--target T | --gpu NAME[xN]] [--engine NAME[@VERSION]]`: what an engine
+// detects in every module group, the kernel and hardware path it runs, and where that is wrong,
+// the fix; without --engine one column per engine (its newest release). A batch-1 decode lower
+// bound from the datasheet bandwidth; `--html FILE` draws all targets on one self-contained page.
 #include <fmt/core.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 
+#include "cli/cli_common.h"
 #include "cli/command.h"
 #include "core/thread_pool.h"
 #include "detect/directory.h"
 #include "dispatch/measure.h"
+#include "engines/rules.h"
 #include "plan/plan.h"
 
 namespace fp4moe::cli {
 namespace {
 
 struct PlanArgs {
-  std::string dir, target = "cpu", html;
+  CheckpointArg checkpoint;
+  std::string target, gpu, engine, html;
+  double kv_cache_gb = 0;
   bool json = false;
 };
 
@@ -25,52 +32,120 @@ double cpu_bandwidth_gbps() {
 }
 
 int run_plan(const PlanArgs& args) {
-  auto target = plan::parse_target(args.target);
-  if (!target.ok()) {
-    fmt::print(stderr, "fp4moe plan: {}\n", target.error().message);
-    return 2;
+  auto bad = [&](std::string message) {
+    return report_error("plan", Error{std::move(message), ErrorKind::kBadInput}, args.json);
+  };
+  std::optional<plan::GpuChoice> gpu;
+  if (!args.gpu.empty()) {
+    auto g = plan::parse_gpu(args.gpu);
+    if (!g.ok()) return bad(g.error().message);
+    gpu = *g;
   }
-  auto inspected = detect::detect_directory(args.dir);
-  if (!inspected.ok()) {
-    fmt::print(stderr, "fp4moe plan: {}\n", inspected.error().message);
-    return 1;
+  plan::Target target = plan::Target::kCpu;
+  std::string target_from = "default (no --target or --gpu): fp4moe's CPU kernels on this host";
+  if (!args.target.empty()) {
+    auto t = plan::parse_target(args.target);
+    if (!t.ok()) return bad(t.error().message);
+    target = *t;
+    target_from = "--target " + args.target;
+    if (gpu && gpu->device.target != target) {
+      return bad(fmt::format("--gpu {} is {}, not --target {}", args.gpu,
+                             plan::target_name(gpu->device.target), args.target));
+    }
+  } else if (gpu) {
+    target = gpu->device.target;
+    target_from = fmt::format("--gpu {} ({})", args.gpu, plan::target_name(target));
   }
+  std::optional<engines::EngineAt> engine;
+  if (!args.engine.empty()) {
+    if (target == plan::Target::kCpu) {
+      return bad("--engine plans a GPU serving engine: give --target sm_XX or --gpu NAME");
+    }
+    auto e = engines::parse_engine_spec(args.engine);
+    if (!e.ok()) return bad(e.error().message);
+    engine = *e;
+  }
+  auto resolved = resolve_checkpoint_arg(args.checkpoint);
+  if (!resolved.ok()) return report_error("plan", resolved.error(), args.json);
+  auto inspected = detect::detect_directory(resolved->path);
+  if (!inspected.ok()) return report_error("plan", inspected.error(), args.json);
+  const engines::Facts facts = engines::make_facts(*inspected, resolved->path);
+
   plan::PlanOptions options;
-  const bool needs_cpu = *target == plan::Target::kCpu || !args.html.empty();
+  options.facts = &facts;
+  options.gpu = gpu;
+  const bool needs_cpu = target == plan::Target::kCpu || !args.html.empty();
   if (needs_cpu) options.cpu_bandwidth_gbps = cpu_bandwidth_gbps();
-  const plan::Plan result =
-      plan::make_plan(inspected->manifest, inspected->config, *target, options);
+  std::vector<plan::Plan> plans;
+  if (target == plan::Target::kCpu || engine) {
+    options.engine = engine;
+    plans.push_back(plan::make_plan(inspected->manifest, inspected->config, target, options));
+  } else {
+    options.engine_problems_are_errors = false;
+    for (const auto& e : engines::all_engines()) {
+      options.engine = engines::at_version(e, e.newest());
+      plans.push_back(plan::make_plan(inspected->manifest, inspected->config, target, options));
+    }
+  }
+  std::optional<plan::Fit> fit;
+  if (target != plan::Target::kCpu) {
+    fit = plan::fit(inspected->manifest, plans.front().device, plans.front().gpu_count,
+                    args.kv_cache_gb);
+  }
   if (!args.html.empty()) {
-    std::vector<plan::Plan> plans;
+    std::vector<plan::Plan> all;
+    plan::PlanOptions html_options = options;
+    html_options.gpu.reset();
+    html_options.engine = engine;
     for (plan::Target t : plan::kAllTargets) {
-      plans.push_back(plan::make_plan(inspected->manifest, inspected->config, t, options));
+      all.push_back(plan::make_plan(inspected->manifest, inspected->config, t, html_options));
     }
     std::ofstream out(args.html, std::ios::binary | std::ios::trunc);
-    out << plan::to_html(plans, "fp4moe plan: " + args.dir);
+    out << plan::to_html(all, "fp4moe plan: " + args.checkpoint.spec);
     if (!out) {
-      fmt::print(stderr, "fp4moe plan: {}: cannot write the HTML report\n", args.html);
-      return 1;
+      return report_error("plan",
+                          Error{args.html + ": cannot write the HTML report", ErrorKind::kFailed},
+                          args.json);
     }
   }
+  bool error = false;
+  for (const auto& p : plans) error = error || p.has_error();
   if (args.json) {
-    fmt::print("{}\n", plan::to_json(result).dump(2));
-  } else {
-    fmt::print("{}", plan::to_table(result));
-    if (!args.html.empty()) fmt::print("wrote {}\n", args.html);
+    fmt::print("{}\n", plan::to_json(plans, target_from, fit).dump(2));
+    return error ? kExitFailed : kExitOk;
   }
-  return result.has_error() ? 1 : 0;
+  fmt::print("target: {}\n", target_from);
+  fmt::print("{}",
+             plans.size() == 1 ? plan::to_table(plans.front()) : plan::side_by_side_table(plans));
+  if (fit) fmt::print("fit: {}\n", fit->note);
+  if (!args.html.empty()) fmt::print("wrote {}\n", args.html);
+  return error ? kExitFailed : kExitOk;
 }
 
 const CommandRegistrar kPlan{
-    {"plan", "Show the kernel and hardware path each module gets on a target, with a roofline",
+    {"plan",
+     "What SGLang, vLLM, TensorRT-LLM (by version) detect in each module, which kernel they run, "
+     "and the fix where that is wrong",
      [](CLI::App& app) {
        auto args = std::make_shared<PlanArgs>();
-       app.add_option("DIR", args->dir, "checkpoint directory (configs alone are enough)")
-           ->required();
-       app.add_option("--target", args->target, "cpu, sm_80, sm_89, sm_90, sm_100 or sm_120");
-       app.add_flag("--json", args->json, "print the plan as JSON");
+       add_checkpoint_arg(
+           app, args->checkpoint, "DIR",
+           "checkpoint directory or Hugging Face repo id (configs alone are enough)");
+       app.add_option("--target", args->target,
+                      "cpu (default: fp4moe's CPU kernels), sm_80, sm_86, sm_89, sm_90, sm_100, "
+                      "sm_103, sm_120 or sm_121 (the GPU of that arch in the --gpu table)");
+       app.add_option("--gpu", args->gpu,
+                      "NAME[xN] from the sourced table: A100, RTX 3090, L40S, H100, H200, B200, "
+                      "B300, RTX PRO 6000, RTX 5090, GB10; N GPUs for the fit and the bound");
+       app.add_option("--engine", args->engine,
+                      "sglang[@VERSION], vllm[@VERSION] or trtllm: that engine only (default: "
+                      "every engine's newest release side by side)");
+       app.add_option("--kv-cache-gb", args->kv_cache_gb,
+                      "KV-cache budget added to the weights for the fit (default 0)")
+           ->check(CLI::NonNegativeNumber);
+       app.add_flag("--json", args->json, "print the plan as JSON (docs/schema/plan.schema.json)");
        app.add_option("--html", args->html,
-                      "also write a self-contained roofline page, all targets");
+                      "also write a self-contained page of the time bounds, all targets");
        return [args] { return run_plan(*args); };
      },
      20}};

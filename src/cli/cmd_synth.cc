@@ -7,6 +7,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/sparse_fixture.h"
+#include "cli/cli_common.h"
 #include "cli/command.h"
 #include "synth/synth.h"
 
@@ -21,22 +22,19 @@ struct SynthCliOptions {
   synth::SynthOptions synth;
 };
 
-// Exit status: 0 written, 2 bad arguments or a write error.
+// Exit status (the table of cli_common.h): 0 written, 1 the write or its read-back failed, 2 bad
+// arguments (an unknown layout, an existing destination).
 int run_synth(const SynthCliOptions& opt) {
   auto layout = synth::parse_layout(opt.layout);
-  if (!layout.ok()) {
-    std::fprintf(stderr, "fp4moe synth: %s\n", layout.error().message.c_str());
-    return 2;
-  }
+  if (!layout.ok()) return report_error("synth", layout.error(), false);
   if (Status s = synth::write_synthetic(*layout, opt.dir, opt.synth); !s.ok()) {
-    std::fprintf(stderr, "fp4moe synth: %s\n", s.error().message.c_str());
-    return 2;
+    return report_error("synth", s.error(), false);
   }
   // Report from what is on disk, read back as any tool would.
   auto written = checkpoint::CheckpointDir::open(opt.dir);
   if (!written.ok()) {
-    std::fprintf(stderr, "fp4moe synth: reading back: %s\n", written.error().message.c_str());
-    return 2;
+    return report_error(
+        "synth", Error{"reading back: " + written.error().message, ErrorKind::kFailed}, false);
   }
   uint64_t on_disk = 0;
   std::error_code ec;

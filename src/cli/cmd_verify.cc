@@ -3,7 +3,9 @@
 
 #include <memory>
 
+#include "cli/cli_common.h"
 #include "cli/command.h"
+#include "detect/manifest.h"
 #include "dispatch/cpu_features.h"
 #include "model/verify.h"
 
@@ -11,7 +13,8 @@ namespace fp4moe::cli {
 namespace {
 
 struct VerifyArgs {
-  std::string dir, isa;
+  CheckpointArg checkpoint;
+  std::string isa;
   std::vector<int> layers;
   int64_t tokens = 4;
   uint32_t seed = 20261129;
@@ -25,22 +28,18 @@ int run_verify(const VerifyArgs& args) {
   options.seed = args.seed;
   if (!args.isa.empty()) {
     auto isa = dispatch::parse_isa(args.isa);
-    if (!isa.ok()) {
-      fmt::print(stderr, "fp4moe verify: {}\n", isa.error().message);
-      return 2;
-    }
+    if (!isa.ok()) return report_error("verify", isa.error(), args.json);
     options.isa = *isa;
   }
-  auto results = model::verify_checkpoint(args.dir, options);
-  if (!results.ok()) {
-    fmt::print(stderr, "fp4moe verify: {}\n", results.error().message);
-    return 1;
-  }
+  auto resolved = resolve_checkpoint_arg(args.checkpoint);
+  if (!resolved.ok()) return report_error("verify", resolved.error(), args.json);
+  auto results = model::verify_checkpoint(resolved->path, options);
+  if (!results.ok()) return report_error("verify", results.error(), args.json);
   bool all_ok = true;
   nlohmann::json j = nlohmann::json::array();
   if (!args.json) {
-    fmt::print("verify {}: {} tokens per layer, seed {}, tolerance rel L2 <= {:g}\n", args.dir,
-               args.tokens, args.seed, model::kVerifyRelTolerance);
+    fmt::print("verify {}: {} tokens per layer, seed {}, tolerance rel L2 <= {:g}\n",
+               resolved->path.string(), args.tokens, args.seed, model::kVerifyRelTolerance);
     fmt::print("{:>5}  {:<8} {:<10} {:>12} {:>12} {:>12} {:>6} {:>10}  {}\n", "layer", "experts",
                "shared", "rel L2 err", "max abs err", "max |ref|", "ties", "kernel us", "status");
   }
@@ -67,14 +66,16 @@ int run_verify(const VerifyArgs& args) {
     }
   }
   if (args.json) {
-    fmt::print("{}\n",
-               nlohmann::json{
-                   {"tolerance_rel_l2", model::kVerifyRelTolerance}, {"layers", j}, {"ok", all_ok}}
-                   .dump(2));
+    fmt::print("{}\n", nlohmann::json{{"schema_version", detect::kJsonSchemaVersion},
+                                      {"source", source_json(args.checkpoint, *resolved)},
+                                      {"tolerance_rel_l2", model::kVerifyRelTolerance},
+                                      {"layers", j},
+                                      {"ok", all_ok}}
+                           .dump(2));
   } else if (!results->empty()) {
     fmt::print("kernels: {}\n", results->front().kernels);
   }
-  return all_ok ? 0 : 1;
+  return all_ok ? kExitOk : kExitFailed;
 }
 
 const CommandRegistrar kVerify{
@@ -82,7 +83,7 @@ const CommandRegistrar kVerify{
      "Run each MoE layer through the CPU kernels and the reference; exit 1 past tolerance",
      [](CLI::App& app) {
        auto args = std::make_shared<VerifyArgs>();
-       app.add_option("DIR", args->dir, "checkpoint directory")->required();
+       add_checkpoint_arg(app, args->checkpoint, "DIR", "checkpoint");
        app.add_option("--layers", args->layers, "layer indices (default: every MoE layer)")
            ->delimiter(',');
        app.add_option("--tokens", args->tokens, "tokens per layer")->check(CLI::Range(1, 256));

@@ -15,11 +15,18 @@ using nlohmann::json;
 
 constexpr std::string_view kWhere = "config.json";
 
-#define DETECT_ASSIGN(lhs, expr)                   \
-  do {                                             \
-    auto detect_r_ = (expr);                       \
-    if (!detect_r_.ok()) return detect_r_.error(); \
-    lhs = std::move(detect_r_).value();            \
+// A key of an unexpected type is a finding and detection goes on without it (real configs hold
+// per-layer lists where others hold integers, strings where others hold numbers).
+#define DETECT_ASSIGN(lhs, expr)                                                              \
+  do {                                                                                        \
+    auto detect_r_ = (expr);                                                                  \
+    if (detect_r_.ok()) {                                                                     \
+      lhs = std::move(detect_r_).value();                                                     \
+    } else {                                                                                  \
+      a.findings.push_back({Severity::kWarning, "config_field_type",                          \
+                            detect_r_.error().message + ": ignored, detection goes on as if " \
+                                                        "it were absent"});                   \
+    }                                                                                         \
   } while (0)
 
 Family family_of(std::string_view model_type, std::string_view top_type) {
@@ -78,7 +85,10 @@ Result<ArchInfo> read_arch(const json& config) {
   a.has_config = true;
   const json* text_ptr = jsonu::member(config, "text_config");
   if (text_ptr != nullptr && !text_ptr->is_object()) {
-    return Error{"config.json: 'text_config' must be an object"};
+    a.findings.push_back({Severity::kWarning, "config_field_type",
+                          "config.json: 'text_config' is " + text_ptr->dump().substr(0, 80) +
+                              ", not an object: the top level is read as the text model"});
+    text_ptr = nullptr;
   }
   const json& text = text_ptr != nullptr ? *text_ptr : config;
   std::optional<std::string> mt, top_mt;
@@ -108,7 +118,7 @@ Result<ArchInfo> read_arch(const json& config) {
   }
   a.n_routed_experts = static_cast<int>(positive_or_zero(routed));
   for (const char* key :
-       {"n_shared_experts", "shared_expert_intermediate_size",
+       {"n_shared_experts", "num_shared_experts", "shared_expert_intermediate_size",
         "moe_shared_expert_intermediate_size", "share_expert_dim", "shared_intermediate_size"}) {
     std::optional<int64_t> v;
     DETECT_ASSIGN(v, jsonu::get_int(text, key, kWhere));
@@ -152,7 +162,13 @@ Result<ArchInfo> read_arch(const json& config) {
     DETECT_ASSIGN(p, jsonu::get_string(text, "hybrid_override_pattern", kWhere));
     if (p) pattern = *p;
     if (const json* blocks = jsonu::member(text, "layers_block_type")) {
-      if (!blocks->is_array()) return Error{"config.json: 'layers_block_type' must be a list"};
+      if (!blocks->is_array()) {
+        a.findings.push_back({Severity::kWarning, "config_field_type",
+                              "config.json: 'layers_block_type' is not a list: ignored"});
+      }
+    }
+    if (const json* blocks = jsonu::member(text, "layers_block_type");
+        blocks && blocks->is_array()) {
       pattern.clear();
       for (const auto& b : *blocks) {
         const std::string s = b.is_string() ? b.get<std::string>() : "";
@@ -164,24 +180,51 @@ Result<ArchInfo> read_arch(const json& config) {
           pattern += '*';
         else if (s == "mlp")
           pattern += '-';
-        else
-          return Error{"config.json: unknown layers_block_type entry " + b.dump()};
+        else {
+          // A block this tool does not know: no role is assumed for that layer.
+          a.findings.push_back({Severity::kWarning, "config_field_type",
+                                "config.json: unknown layers_block_type entry " + b.dump() +
+                                    ": that layer's modules are not assumed"});
+          pattern += '?';
+        }
       }
     }
     if (!layers && !pattern.empty()) layers = static_cast<int64_t>(pattern.size());
   }
   a.num_layers = layers ? static_cast<int>(*layers) : -1;
   if (a.num_layers < -1 || a.num_layers > 100000) {
-    return Error{"config.json: num_hidden_layers out of range: " + std::to_string(a.num_layers)};
+    a.findings.push_back({Severity::kWarning, "config_field_type",
+                          "config.json: num_hidden_layers out of range: " +
+                              std::to_string(a.num_layers) + ": the layer count is unknown"});
+    a.num_layers = -1;
   }
 
   // Per-layer shapes.
   const json* mlp_types = jsonu::member(text, "mlp_layer_types");
   const json* layer_types = jsonu::member(text, "layer_types");
   std::vector<int64_t> mlp_only;
-  if (const json* m = jsonu::member(text, "mlp_only_layers"); m && m->is_array()) {
-    for (const auto& v : *m) {
-      if (v.is_number_integer()) mlp_only.push_back(v.get<int64_t>());
+  if (const json* m = jsonu::member(text, "mlp_only_layers")) {
+    bool ok = m->is_array();
+    for (const auto& v : m->is_array() ? *m : json::array()) {
+      if (v.is_number_integer()) {
+        mlp_only.push_back(v.get<int64_t>());
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      a.findings.push_back(
+          {Severity::kWarning, "config_field_type",
+           "config.json: 'mlp_only_layers' should be a list of layer indices, got " +
+               m->dump().substr(0, 80) + ": entries that are not indices ignored"});
+    }
+  }
+  for (const char* key : {"mlp_layer_types", "layer_types"}) {
+    if (const json* v = jsonu::member(text, key); v && !v->is_array()) {
+      a.findings.push_back({Severity::kWarning, "config_field_type",
+                            "config.json: '" + std::string(key) +
+                                "' should be a per-layer list, got " + v->dump().substr(0, 80) +
+                                ": ignored"});
     }
   }
   std::optional<bool> moe_block;
@@ -221,7 +264,13 @@ Result<ArchInfo> read_arch(const json& config) {
         }
         const bool only_mlp = std::find(mlp_only.begin(), mlp_only.end(), l) != mlp_only.end();
         const int64_t step = std::max<int64_t>(sparse_step.value_or(1), 1);
-        s.moe = has_experts && !only_mlp && (l + 1) % step == 0;
+        // first_k_dense_replace (DeepSeek's key, also in other families' configs): the first k
+        // layers have a dense MLP.
+        s.moe = has_experts && !only_mlp && (l + 1) % step == 0 && l >= first_dense.value_or(0);
+        if (mlp_types && mlp_types->is_array() && l < static_cast<int>(mlp_types->size()) &&
+            (*mlp_types)[l].is_string()) {
+          s.moe = has_experts && (*mlp_types)[l] == "sparse";
+        }
         s.dense_mlp = !s.moe;
         break;
       }

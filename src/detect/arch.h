@@ -53,12 +53,14 @@ struct ArchInfo {
   bool mtp_appended = false;     // MTP layers are model.layers.{num_layers + i} (DeepSeek-V3)
   bool mtp_names_known = false;  // we know how this family names its MTP modules
   bool vision = false;
-  std::string expert_dtype;    // top-level DeepSeek-V4 key, "" when absent
-  bool names_assumed = false;  // the naming table guesses (finding)
+  std::string expert_dtype;       // top-level DeepSeek-V4 key, "" when absent
+  bool names_assumed = false;     // the naming table guesses (finding)
+  std::vector<Finding> findings;  // keys of an unexpected type, ignored (config_field_type)
 };
 
 // Reads the architecture part of config.json (or its text_config). A null config gives an
-// ArchInfo with has_config=false. Wrong types for the keys used give an Error.
+// ArchInfo with has_config=false. A key of an unexpected type is a finding (ArchInfo::findings)
+// and detection goes on without it; only a top level that is not an object is an Error.
 Result<ArchInfo> read_arch(const nlohmann::json& config);
 
 // The role of a module from its name alone (plus the layer count, for appended MTP layers).

@@ -392,7 +392,7 @@ struct Reader {
       sec.native_base = arch.family == Family::kDeepseekV4;
       if (algo || moe_algo) {
         // NVIDIA's DeepSeek-V4 NVFP4: the fp8 section carries a ModelOpt MIXED_PRECISION
-        // declaration for the experts. Engines reading only quant_method miss it.
+        // declaration for the experts (what each engine makes of it: src/engines/rules).
         sec.kind = Section::Kind::kDeepseekV4Hybrid;
         sec.dialect =
             "deepseek-v4 hybrid: fp8 base + " + moe_algo.value_or(algo.value_or("")) + " experts";
@@ -430,11 +430,12 @@ struct Reader {
           find(Severity::kWarning, "quant_method_hides_moe_format",
                file + " says quant_method 'fp8' but moe_quant_algo '" + *moe_algo +
                    "': the routed experts are " + upper(*moe_algo) +
-                   ", not FP8. An engine that "
-                   "reads only quant_method loads them as FP8 and runs the MoE on a wrong or "
-                   "slow path (SGLang before PR #25820); vLLM routes them through its "
-                   "DeepSeek-V4 FP8 config to the ModelOpt NVFP4 MoE; TensorRT-LLM reads "
-                   "MIXED_PRECISION and probes the expert dtype");
+                   ", not FP8. SGLang before PR #25820 reads them as MXFP4 (rule "
+                   "sglang.dsv4.fp4_probe_as_mxfp4); SGLang >= 0.5.14 and vLLM >= 0.22.0 route "
+                   "them to their ModelOpt NVFP4 MoE only for moe_quant_algo exactly NVFP4 "
+                   "(rules sglang.dsv4.nvfp4_hybrid, vllm.dsv4.nvfp4); TensorRT-LLM ignores the "
+                   "key and probes the expert dtype (rule trtllm.dsv4.probe_nvfp4). fp4moe "
+                   "doctor / plan --engine apply them to this checkpoint");
         }
         if (const json* ig = jsonu::member(q, "ignore")) {
           DETECT_ASSIGN(sec.excludes, read_patterns(*ig, file + " ignore"));
@@ -636,37 +637,42 @@ Result<ConfigClaims> read_claims(const json& config, const json& hfq, const Arch
                             : "not quantized (no quantization config)";
   }
   if (c.primary.kind == Section::Kind::kModeloptMixed && arch.family == Family::kDeepseekV4) {
-    r.find(
-        Severity::kWarning, "mixed_precision_base_implicit",
-        c.primary.file +
-            " declares MIXED_PRECISION with only the routed experts in "
-            "quantized_layers and no quantization_config in config.json: the FP8 attention and "
-            "shared experts (and MXFP4 MTP experts) are not stated anywhere and come from the "
-            "DeepSeek-V4 architecture. SGLang picks modelopt_mixed and leaves everything outside "
-            "quantized_layers unquantized, loading FP8 weights as BF16; older vLLM rejects "
-            "MIXED_PRECISION; TensorRT-LLM settles it by probing the expert tensor dtype");
+    r.find(Severity::kWarning, "mixed_precision_base_implicit",
+           c.primary.file +
+               " declares MIXED_PRECISION with only the routed experts in "
+               "quantized_layers and no quantization_config in config.json: the FP8 attention and "
+               "shared experts (and MXFP4 MTP experts) are not stated anywhere and come from the "
+               "DeepSeek-V4 architecture. SGLang < 0.5.15 reads it as w4afp8 (rule "
+               "sglang.hf_quant_only.w4afp8), later SGLang as modelopt_mixed with everything "
+               "unquantized (rule sglang.hf_quant_only.modelopt_mixed); vLLM < 0.32 rejects "
+               "MIXED_PRECISION (rule vllm.hf_quant_only.unknown_algo), later vLLM leaves the FP8 "
+               "modules unquantized (rule vllm.hf_quant_only.modelopt_mixed); TensorRT-LLM probes "
+               "the expert tensor dtype (rule trtllm.dsv4.probe_nvfp4)");
   }
   if (arch.family == Family::kDeepseekV4 && arch.expert_dtype == "fp4" &&
       c.primary.kind == Section::Kind::kHfFp8) {
     r.find(Severity::kWarning, "quant_method_hides_moe_format",
            "quantization_config says quant_method 'fp8', but the top-level expert_dtype 'fp4' "
-           "makes the routed experts MXFP4 (I8 weight + F8_E8M0 scale per 32). An engine that "
-           "reads only quant_method loads the experts as FP8 blocks and gets them wrong; SGLang "
-           "and TensorRT-LLM read expert_dtype or probe one expert tensor's dtype");
+           "makes the routed experts MXFP4 (I8 weight + F8_E8M0 scale per 32). A loader that "
+           "reads only quant_method loads the experts as FP8 blocks and gets them wrong; vLLM "
+           "reads expert_dtype (rule vllm.dsv4.mxfp4), SGLang and TensorRT-LLM probe one expert "
+           "tensor's dtype (rules sglang.dsv4.fp4_probe_as_mxfp4, trtllm.dsv4.probe_mxfp4)");
   }
   if (arch.family == Family::kDeepseekV4 && arch.expert_dtype.empty() &&
       c.primary.kind == Section::Kind::kHfFp8) {
     r.find(Severity::kInfo, "expert_format_from_tensors_only",
            "DeepSeek-V4 config without expert_dtype: the routed experts are taken as FP8 blocks. "
            "A config cannot tell this layout from a reference checkpoint that lost its "
-           "expert_dtype; engines probe a routed-expert tensor's dtype (I8 = MXFP4, U8 = NVFP4, "
-           "F8_E4M3 = FP8), and so does this tool when tensors are present");
+           "expert_dtype; SGLang probes a routed-expert tensor's dtype and takes U8 and I8 alike "
+           "as MXFP4 (rule sglang.dsv4.fp4_probe_as_mxfp4), TensorRT-LLM takes U8 as NVFP4 and "
+           "I8 as MXFP4 (rules trtllm.dsv4.probe_nvfp4, trtllm.dsv4.probe_mxfp4); this tool "
+           "reads the tensors when present");
   }
   if (arch.family == Family::kDeepseekV4 && arch.expert_dtype == "fp4" &&
       c.primary.kind == Section::Kind::kCompressedTensors) {
     r.find(Severity::kWarning, "stale_expert_dtype",
            "config.json keeps the base model's expert_dtype 'fp4' (MXFP4) while its "
-           "compressed-tensors section declares the experts' real format; an engine that "
+           "compressed-tensors section declares the experts' real format; a loader that "
            "trusts expert_dtype first would pick MXFP4 kernels for these weights");
   }
   if (c.primary.kind == Section::Kind::kModeloptMixed && arch.family != Family::kDeepseekV4) {

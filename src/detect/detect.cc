@@ -10,6 +10,7 @@
 
 #include "detect/arch.h"
 #include "detect/claims.h"
+#include "detect/sizes.h"
 
 namespace fp4moe::detect {
 namespace {
@@ -113,6 +114,36 @@ ArchInfo arch_from_patterns(const ConfigClaims& claims) {
   return a;
 }
 
+// "model.layers.3.mlp.experts.17.w1" -> "model.layers.3.mlp.experts.0.w1": a per-expert entry is
+// matched against the expert-0 module that stands for every expert in the diagnostics.
+std::string expert_zero(std::string_view name) {
+  std::string out(name);
+  size_t pos = 0;
+  while ((pos = out.find("experts.", pos)) != std::string::npos) {
+    pos += 8;
+    size_t end = pos;
+    while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end]))) ++end;
+    if (end > pos && (end == out.size() || out[end] == '.')) out.replace(pos, end - pos, "0");
+  }
+  return out;
+}
+
+// Whether a pattern matches a representative module, per-expert entries included.
+bool matches_rep(const Pattern& p, std::string_view module) {
+  if (p.matches(module)) return true;
+  if (p.kind() != Pattern::Kind::kName || p.text().find("experts.") == std::string::npos) {
+    return false;
+  }
+  return component_run_match(expert_zero(p.text()), module);
+}
+
+bool has_weight_matrix(const TensorModule& m) {
+  for (const char* part : {"weight", "weight_packed", "qweight", "_blocks"}) {
+    if (m.parts.count(part)) return true;
+  }
+  return false;
+}
+
 std::string scheme_list(const std::map<Scheme, int64_t>& counts) {
   std::string out;
   for (const auto& [s, n] : counts) {
@@ -137,7 +168,9 @@ Result<Manifest> detect(const DetectInput& in) {
   auto find = [&](Severity s, std::string code, std::string msg) {
     man.findings.push_back({s, std::move(code), std::move(msg)});
   };
-  man.findings = claims.findings;
+  man.findings = claims.arch.findings;
+  man.findings.insert(man.findings.end(), claims.findings.begin(), claims.findings.end());
+  man.findings.insert(man.findings.end(), in.notes.begin(), in.notes.end());
   man.dialect = claims.primary.dialect;
   if (claims.sidecar) man.dialect += " + " + claims.sidecar->dialect;
 
@@ -154,7 +187,10 @@ Result<Manifest> detect(const DetectInput& in) {
   // Inventory.
   std::vector<Module> modules;
   TensorEvidence ev;
-  man.tensors_checked = in.tensors.has_value();
+  man.tensors_checked = in.tensors.has_value() && !in.tensor_names_only;
+  man.tensor_evidence = man.tensors_checked ? TensorEvidenceKind::kHeaders
+                        : in.tensors        ? TensorEvidenceKind::kIndexNames
+                                            : TensorEvidenceKind::kNone;
   if (in.tensors) {
     ev = classify_tensors(*in.tensors);
     for (const auto& tm : ev.modules) {
@@ -221,7 +257,12 @@ Result<Manifest> detect(const DetectInput& in) {
   for (auto& m : modules) {
     m.claim = claims.claim(m.name, m.role);
     m.spec = m.claim.spec;
-    if (m.tensors) {
+    if (m.tensors && m.tensors->names_only) {
+      // Names that cannot tell, or tell the claimed scheme: the claim (with its group size,
+      // scale type and activation) stands. Names that tell another scheme win, as tensors do.
+      const Scheme named = m.tensors->spec.scheme;
+      if (named != Scheme::kUnknown && named != m.claim.spec.scheme) m.spec = m.tensors->spec;
+    } else if (m.tensors) {
       m.spec = m.tensors->spec;
       const SchemeSpec& c = m.claim.spec;
       // The activation is a config fact unless the tensors say it (input scales).
@@ -256,15 +297,16 @@ Result<Manifest> detect(const DetectInput& in) {
       } else if (is_quantized(claimed) && is_quantized(actual)) {
         sev = Severity::kError;
         consequence =
-            "an engine that reads only the config loads these weights wrong (wrong "
-            "kernel, wrong dequantization)";
+            "a loader that reads only the config loads these weights wrong (wrong "
+            "kernel, wrong dequantization); fp4moe doctor / plan --engine say what a given "
+            "engine version does";
       } else if (is_quantized(actual)) {
         sev = Severity::kError;
-        consequence = "an engine that follows the config treats quantized bytes as " +
+        consequence = "a loader that follows the config treats quantized bytes as " +
                       std::string(to_string(claimed)) + " weights";
       } else {
         consequence =
-            "an engine that follows the config expects quantized tensors that are not "
+            "a loader that follows the config expects quantized tensors that are not "
             "there and fails to load";
       }
       find(sev, "config_tensor_mismatch",
@@ -295,6 +337,8 @@ Result<Manifest> detect(const DetectInput& in) {
   }
 
   // Pattern diagnostics on the primary section's lists.
+  bool rules_name_nothing = false;  // no quantized_layers/targets entry names any module
+  std::string rules_example;
   {
     std::vector<const Module*> reps;
     for (const auto& m : modules) {
@@ -308,7 +352,7 @@ Result<Manifest> detect(const DetectInput& in) {
       bool exact_any = false;
       std::vector<const Module*> hits;
       for (const Module* m : reps) {
-        const bool hit = p.matches(m->name);
+        const bool hit = matches_rep(p, m->name);
         if (hit) {
           hits.push_back(m);
           if (!first_hit) first_hit = m;
@@ -347,14 +391,14 @@ Result<Manifest> detect(const DetectInput& in) {
       find(Severity::kInfo, "pattern_semantics",
            std::to_string(component_only.size()) + " bare name(s) in " + list +
                " match only as a trailing/inner name component (" + examples(component_only) +
-               "): an engine that compares full names exactly (compressed-tensors ignore, "
+               "): a loader that compares full names exactly (compressed-tensors ignore, "
                "exact-name lookups) would not exclude those modules");
     }
     if (!substring_extra.empty()) {
       find(Severity::kWarning, "pattern_semantics",
            std::to_string(substring_extra.size()) + " name(s) in " + list +
                " are also substrings of other modules (" + examples(substring_extra) +
-               "): an engine that matches names as substrings (HF transformers "
+               "): a loader that matches names as substrings (HF transformers "
                "modules_to_not_convert) leaves those modules unquantized too");
     }
     if (!digit_star.empty()) {
@@ -378,7 +422,7 @@ Result<Manifest> detect(const DetectInput& in) {
       ++rules_total;
       bool any = false;
       for (const Module* m : reps) {
-        if (r.pattern.matches(m->name)) {
+        if (matches_rep(r.pattern, m->name)) {
           any = true;
           break;
         }
@@ -388,6 +432,8 @@ Result<Manifest> detect(const DetectInput& in) {
     if (!rules_unmatched.empty()) {
       // None matching means the declared formats apply to nothing: a naming mismatch.
       const bool none = rules_unmatched.size() == rules_total;
+      rules_name_nothing = none;
+      rules_example = examples(rules_unmatched);
       find(none ? Severity::kWarning : Severity::kInfo, "pattern_unmatched",
            std::to_string(rules_unmatched.size()) + " of " + std::to_string(rules_total) +
                " quantized_layers/targets entries in " + claims.primary.file + " match no module " +
@@ -397,10 +443,43 @@ Result<Manifest> detect(const DetectInput& in) {
     }
   }
 
-  // Group.
+  // A config whose per-module entries name none of the modules (another naming: a VLM wrapper's
+  // prefix, a family this tool names differently) says nothing about any module: where the
+  // configs decide (no headers, or index names that cannot tell), the answer is unknown, never
+  // the "not listed, so not quantized" default.
+  if (rules_name_nothing) {
+    std::set<std::string_view> roles;
+    for (auto& m : modules) {
+      const bool from_claim =
+          !m.tensors || (m.tensors->names_only && m.tensors->spec.scheme == Scheme::kUnknown);
+      if (!from_claim || m.role == Role::kOther || m.role == Role::kEmbedding ||
+          m.role == Role::kRouter) {
+        continue;
+      }
+      m.spec = {Scheme::kUnknown, Activation::kUnknown, 0, ScaleType::kUnknown};
+      m.claim.spec = m.spec;
+      m.claim.source = "no entry of " + claims.primary.file + " names this module";
+      roles.insert(to_string(m.role));
+    }
+    if (!roles.empty()) {
+      std::string list;
+      for (std::string_view r : roles) list += (list.empty() ? "" : ", ") + std::string(r);
+      find(Severity::kWarning, "roles_unnamed",
+           "no quantized_layers/targets entry of " + claims.primary.file +
+               " names a module of this checkpoint as this tool names them (" + rules_example +
+               "): the format of " + list +
+               " is unknown, not assumed unquantized; the headers (or the index) settle it");
+    }
+  }
+
+  // Group, with bytes: exact from the headers, else estimated from the config's dimensions.
+  const ModelDims dims = read_dims(in.config);
   std::map<std::tuple<Role, std::string, Scheme, Scheme, int, int>, ModuleGroup> groups;
+  std::map<std::tuple<Role, std::string, Scheme, Scheme, int, int>, std::string> unknown_why;
   for (const auto& m : modules) {
-    const Scheme tensor = m.tensors ? m.spec.scheme : Scheme::kUnknown;
+    const bool named = m.tensors && m.tensors->names_only;
+    const bool checked = m.tensors && !named;
+    const Scheme tensor = m.tensors ? m.tensors->spec.scheme : Scheme::kUnknown;
     auto key = std::tuple{m.role,
                           group_name(m.name),
                           m.spec.scheme,
@@ -413,17 +492,75 @@ Result<Manifest> detect(const DetectInput& in) {
       g.name = std::get<1>(key);
       g.spec = m.spec;
       g.config_scheme = m.claim.spec.scheme;
-      if (m.tensors) g.tensor_scheme = tensor;
+      if (checked || (named && tensor != Scheme::kUnknown)) g.tensor_scheme = tensor;
       g.config_source = m.claim.source;
       g.tensor_source = m.tensors ? m.tensors->evidence : "";
+      g.bytes = 0;
+      g.bytes_source = checked ? "safetensors headers"
+                               : "estimate: config dimensions x " +
+                                     std::string(to_string(m.spec.scheme)) + " bytes per weight";
     }
     g.module_count += m.multiplicity;
-    if (m.tensors) {
-      g.tensor_count += static_cast<int64_t>(m.tensors->parts.size());
-      g.bytes += m.tensors->bytes;
+    if (m.tensors) g.tensor_count += static_cast<int64_t>(m.tensors->parts.size());
+    if (checked) {
+      *g.bytes += m.tensors->bytes;
+      continue;
+    }
+    if (!g.bytes) continue;
+    if (m.tensors && !has_weight_matrix(*m.tensors)) {
+      // Index names of vectors only (attention sinks, biases): a few KB, not a matrix.
+      g.bytes_source += " (vectors without a weight matrix counted as 0)";
+      continue;
+    }
+    const std::optional<int64_t> params = module_params(m.name, m.role, arch, dims);
+    const std::optional<double> per = bytes_per_param(m.spec, dims);
+    if (params && per) {
+      *g.bytes += static_cast<int64_t>(static_cast<double>(*params) * *per) * m.multiplicity;
+    } else {
+      g.bytes.reset();
+      g.bytes_source = !per ? "unknown: the scheme is " + std::string(to_string(m.spec.scheme))
+                            : "unknown: the config gives no shape for " + m.name;
     }
   }
   for (auto& [k, g] : groups) man.modules.push_back(std::move(g));
+
+  // Total bytes: the headers' sum, else the index's total_size, else the estimates' sum.
+  {
+    int64_t sum = 0, planned_unknown = 0;
+    for (const auto& g : man.modules) {
+      if (g.bytes) {
+        sum += *g.bytes;
+      } else if (g.role != Role::kOther) {
+        ++planned_unknown;
+      }
+    }
+    if (man.tensors_checked) {
+      man.total_bytes = sum;
+      man.total_bytes_source = "safetensors headers";
+    } else if (in.index_total_size) {
+      man.total_bytes = static_cast<int64_t>(*in.index_total_size);
+      man.total_bytes_source = "model.safetensors.index.json metadata.total_size";
+      // The estimate (linear layers, embedding, head) should come close below the total (norms
+      // and biases are small); far off means the dimensions or the schemes are not what the
+      // configs say.
+      if (planned_unknown == 0 && sum > 0 && *man.total_bytes > 0) {
+        const double ratio = static_cast<double>(sum) / static_cast<double>(*man.total_bytes);
+        if (ratio < 0.8 || ratio > 1.05) {
+          find(Severity::kWarning, "size_estimate_off",
+               "the module sizes estimated from the config's dimensions add up to " +
+                   std::to_string(sum) + " bytes, " + std::to_string(ratio * 100).substr(0, 5) +
+                   "% of the index's metadata.total_size (" + std::to_string(*man.total_bytes) +
+                   "): per-group bytes (and plan's bytes per token) are off by as much");
+        }
+      }
+    } else if (planned_unknown == 0 && !modules.empty()) {
+      man.total_bytes = sum;
+      man.total_bytes_source = "estimate: config dimensions x bytes per weight of each scheme";
+    } else {
+      man.total_bytes_source =
+          std::to_string(planned_unknown) + " module group(s) of unknown size; no index total_size";
+    }
+  }
 
   // Summary.
   auto summarize = [&](Role role) -> Scheme {
@@ -514,12 +651,12 @@ Result<Manifest> detect(const DetectInput& in) {
     if (scales && !is_quantized(man.summary.kv_cache)) {
       find(Severity::kWarning, "kv_scales_undeclared",
            "tensors carry KV-cache scales (e.g. " + ev.kv_scale_tensors.front() +
-               ") but the configs declare no quantized KV cache: an engine following the config "
+               ") but the configs declare no quantized KV cache: a loader following the config "
                "ignores the calibrated scales");
     } else if (!scales && is_quantized(man.summary.kv_cache)) {
       find(Severity::kInfo, "kv_scales_missing",
            "the configs declare a quantized KV cache but no k_scale/v_scale tensors exist: "
-           "engines fall back to scale 1.0, which may clip");
+           "the KV cache is then quantized without calibrated scales, which may clip");
     }
   }
   return man;

@@ -15,6 +15,12 @@ struct DetectInput {
   nlohmann::json config;           // config.json, or null when the directory has none
   nlohmann::json hf_quant_config;  // hf_quant_config.json, or null
   std::optional<std::vector<TensorRecord>> tensors;  // nullopt: no weights, configs only
+  // The records are names from model.safetensors.index.json (dtype "" and no shape): the shards
+  // are not downloaded. Names tell some schemes (weight_scale_2: NVFP4, _blocks/_scales: gpt-oss
+  // MXFP4, weight_scale_inv: FP8 blocks); the configs tell the rest.
+  bool tensor_names_only = false;
+  std::optional<uint64_t> index_total_size;  // the index's metadata.total_size
+  std::vector<Finding> notes;                // from reading the directory (not_downloaded)
 };
 
 // Errors only for input that cannot be read (a key of the wrong type, a bad regex, neither file);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace fp4moe::detect {
 
@@ -33,9 +34,7 @@ std::string_view to_string(Scheme s) {
 }
 
 std::optional<Scheme> scheme_from_string(std::string_view name) {
-  for (Scheme s :
-       {Scheme::kNvfp4, Scheme::kMxfp4, Scheme::kFp8Block, Scheme::kFp8Tensor, Scheme::kFp8Channel,
-        Scheme::kMxfp8, Scheme::kInt4, Scheme::kBf16, Scheme::kAbsent, Scheme::kUnknown}) {
+  for (Scheme s : kAllSchemes) {
     if (to_string(s) == name) return s;
   }
   return std::nullopt;
@@ -121,6 +120,27 @@ std::string_view to_string(Severity s) {
   return "info";
 }
 
+std::string_view to_string(TensorEvidenceKind k) {
+  switch (k) {
+    case TensorEvidenceKind::kHeaders:
+      return "headers";
+    case TensorEvidenceKind::kIndexNames:
+      return "index_names";
+    case TensorEvidenceKind::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+// The kAll* lists hold every enumerator: each list ends with its enum's last value.
+static_assert(std::size(kAllSchemes) == static_cast<size_t>(Scheme::kUnknown) + 1);
+static_assert(std::size(kAllRoles) == static_cast<size_t>(Role::kOther) + 1);
+static_assert(std::size(kAllActivations) == static_cast<size_t>(Activation::kUnknown) + 1);
+static_assert(std::size(kAllScaleTypes) == static_cast<size_t>(ScaleType::kUnknown) + 1);
+static_assert(std::size(kAllSeverities) == static_cast<size_t>(Severity::kError) + 1);
+static_assert(std::size(kAllTensorEvidenceKinds) ==
+              static_cast<size_t>(TensorEvidenceKind::kNone) + 1);
+
 SchemeSpec not_quantized() { return {Scheme::kBf16, Activation::kNone, 0, ScaleType::kNone}; }
 
 Scheme Manifest::scheme_of(Role role) const {
@@ -155,8 +175,12 @@ bool Manifest::has_finding(std::string_view code) const {
 
 nlohmann::json to_json(const Manifest& m) {
   nlohmann::json j;
+  j["schema_version"] = kJsonSchemaVersion;
   j["dialect"] = m.dialect;
   j["tensors_checked"] = m.tensors_checked;
+  j["tensor_evidence"] = to_string(m.tensor_evidence);
+  j["total_bytes"] = m.total_bytes ? nlohmann::json(*m.total_bytes) : nlohmann::json(nullptr);
+  j["total_bytes_source"] = m.total_bytes_source;
   j["summary"] = {
       {"routed_experts", to_string(m.summary.routed_experts)},
       {"shared_experts", to_string(m.summary.shared_experts)},
@@ -182,7 +206,8 @@ nlohmann::json to_json(const Manifest& m) {
         {"tensor_source", g.tensor_source},
         {"module_count", g.module_count},
         {"tensor_count", g.tensor_count},
-        {"bytes", g.bytes},
+        {"bytes", g.bytes ? nlohmann::json(*g.bytes) : nlohmann::json(nullptr)},
+        {"bytes_source", g.bytes_source},
     };
     j["modules"].push_back(std::move(e));
   }
@@ -218,7 +243,16 @@ std::string pad(std::string s, size_t w) {
 std::string to_table(const Manifest& m) {
   std::string out;
   out += "dialect: " + m.dialect + "\n";
-  out += std::string("tensors: ") + (m.tensors_checked ? "checked" : "NOT checked (configs only)") +
+  out += std::string("tensors: ") +
+         (m.tensor_evidence == TensorEvidenceKind::kHeaders      ? "checked"
+          : m.tensor_evidence == TensorEvidenceKind::kIndexNames ? "names from the index only"
+                                                                 : "NOT checked (configs only)") +
+         "\n";
+  out += "bytes: " +
+         (m.total_bytes
+              ? human_bytes(*m.total_bytes) + " <- " + m.total_bytes_source
+              : "unknown" + (m.total_bytes_source.empty() ? std::string()
+                                                          : " (" + m.total_bytes_source + ")")) +
          "\n\n";
   out += "summary\n";
   const std::pair<const char*, Scheme> rows[] = {{"routed_experts", m.summary.routed_experts},
@@ -241,7 +275,8 @@ std::string to_table(const Manifest& m) {
            pad(g.spec.group_size ? std::to_string(g.spec.group_size) : "-", 6) +
            pad(std::string(to_string(g.spec.scale)), 8) + pad(std::to_string(g.module_count), 8) +
            pad(m.tensors_checked ? std::to_string(g.tensor_count) : "-", 8) +
-           pad(m.tensors_checked ? human_bytes(g.bytes) : "-", 11) + g.name + "\n";
+           pad(g.bytes ? (m.tensors_checked ? "" : "~") + human_bytes(*g.bytes) : "unknown", 11) +
+           g.name + "\n";
     out += std::string(2 + 15, ' ') + "config: " + std::string(to_string(g.config_scheme)) +
            " <- " + g.config_source + "\n";
     if (g.tensor_scheme) {

@@ -93,7 +93,11 @@ struct ModuleGroup {
   std::string tensor_source;  // e.g. "U8 weight [2048,1024] + F8_E4M3 scale /16"
   int64_t module_count = 0;   // modules (linear layers; one fused expert tensor = 1)
   int64_t tensor_count = 0;
-  int64_t bytes = 0;
+  // Bytes of the group's tensors, and where the figure came from: the safetensors headers
+  // (exact), or the config's dimensions times the scheme's bytes per parameter (an estimate, for
+  // configs only). nullopt: unknown (a shape the config does not give), never 0.
+  std::optional<int64_t> bytes;
+  std::string bytes_source;  // "safetensors headers", "config dimensions (...)", "unknown: ..."
 };
 
 struct Finding {
@@ -116,9 +120,22 @@ struct Summary {
   Scheme kv_cache = Scheme::kUnknown;  // kBf16: KV cache not quantized
 };
 
+// Where the tensor evidence came from.
+enum class TensorEvidenceKind {
+  kHeaders,     // the safetensors headers: names, dtypes, shapes
+  kIndexNames,  // model.safetensors.index.json names only (shards not downloaded)
+  kNone,        // configs only
+};
+std::string_view to_string(TensorEvidenceKind kind);
+
 struct Manifest {
   std::string dialect;           // e.g. "modelopt NVFP4 (hf_quant_config.json)"
-  bool tensors_checked = false;  // false: only configs were read
+  bool tensors_checked = false;  // false: the safetensors headers were not read
+  TensorEvidenceKind tensor_evidence = TensorEvidenceKind::kNone;
+  // Bytes of all tensors: the headers' sum, else the index's metadata.total_size, else the sum
+  // of the groups' estimates when every one is known; nullopt = unknown.
+  std::optional<int64_t> total_bytes;
+  std::string total_bytes_source;
   Summary summary;
   std::vector<ModuleGroup> modules;
   std::vector<Finding> findings;
@@ -126,6 +143,30 @@ struct Manifest {
   Scheme scheme_of(Role role) const;  // summary lookup for the six summary roles
   bool has_finding(std::string_view code) const;
 };
+
+// The version of the JSON contract (docs/JSON.md, docs/schema/*.schema.json): bumped when a field
+// is removed or changes meaning; adding a field keeps it.
+inline constexpr int kJsonSchemaVersion = 1;
+
+// Every value of the enums the JSON carries, in declaration order (docs/JSON.md lists them; a
+// test compares). A new enumerator must be added here: the static_asserts in manifest.cc fail.
+inline constexpr Scheme kAllSchemes[] = {
+    Scheme::kNvfp4, Scheme::kMxfp4, Scheme::kFp8Block, Scheme::kFp8Tensor, Scheme::kFp8Channel,
+    Scheme::kMxfp8, Scheme::kInt4,  Scheme::kBf16,     Scheme::kAbsent,    Scheme::kUnknown};
+inline constexpr Role kAllRoles[] = {Role::kRoutedExperts, Role::kSharedExperts, Role::kAttention,
+                                     Role::kDenseMlp,      Role::kLmHead,        Role::kMtpExperts,
+                                     Role::kMtpOther,      Role::kEmbedding,     Role::kRouter,
+                                     Role::kSsm,           Role::kVision,        Role::kOther};
+inline constexpr Activation kAllActivations[] = {Activation::kNone,      Activation::kFp8Dynamic,
+                                                 Activation::kFp8Static, Activation::kNvfp4,
+                                                 Activation::kMxfp8,     Activation::kUnknown};
+inline constexpr ScaleType kAllScaleTypes[] = {
+    ScaleType::kNone, ScaleType::kE4M3, ScaleType::kUe8m0,  ScaleType::kF32,
+    ScaleType::kBf16, ScaleType::kF16,  ScaleType::kUnknown};
+inline constexpr Severity kAllSeverities[] = {Severity::kInfo, Severity::kWarning,
+                                              Severity::kError};
+inline constexpr TensorEvidenceKind kAllTensorEvidenceKinds[] = {
+    TensorEvidenceKind::kHeaders, TensorEvidenceKind::kIndexNames, TensorEvidenceKind::kNone};
 
 // The JSON contract of `fp4moe inspect --json`.
 nlohmann::json to_json(const Manifest& manifest);

@@ -69,7 +69,43 @@ int group_along_k(int64_t k, const TensorRecord& scale) {
   return static_cast<int>(k / cols);
 }
 
+// From names alone (an index whose shards are not downloaded): only suffixes that no other
+// scheme uses decide; "weight" + "weight_scale" (FP8, MXFP4, NVFP4 of other writers) stays
+// unknown so the configs' claim stands.
+void classify_by_names(TensorModule& m) {
+  auto has = [&](std::string_view s) { return m.parts.count(std::string(s)) != 0; };
+  m.has_input_scale = has("input_scale") || has("input_global_scale");
+  const Activation a4 = m.has_input_scale ? Activation::kNvfp4 : Activation::kNone;
+  std::string parts;
+  for (const auto& [suffix, t] : m.parts) parts += (parts.empty() ? "" : " + ") + suffix;
+  m.evidence = "index names: " + parts;
+  m.spec = {Scheme::kUnknown, Activation::kUnknown, 0, ScaleType::kUnknown};
+  const bool weight = has("weight") || has("weight_packed") || has("qweight") || has("_blocks");
+  if (!weight) {
+    m.spec = not_quantized();  // norms, biases, buffers
+  } else if (has("_blocks") && has("_scales")) {
+    m.spec = {Scheme::kMxfp4, Activation::kNone, 32, ScaleType::kUe8m0};
+    m.evidence += " (gpt-oss MXFP4)";
+  } else if (has("weight") && has("weight_scale") && has("weight_scale_2")) {
+    m.spec = {Scheme::kNvfp4, a4, 16, ScaleType::kE4M3};
+    m.evidence += " (ModelOpt NVFP4)";
+  } else if (has("weight_packed") && has("weight_scale") && has("weight_global_scale")) {
+    m.spec = {Scheme::kNvfp4, a4, 16, ScaleType::kE4M3};
+    m.evidence += " (compressed-tensors NVFP4)";
+  } else if (has("weight") && has("weight_scale_inv")) {
+    m.spec = {Scheme::kFp8Block, Activation::kFp8Dynamic, 128, ScaleType::kUnknown};
+    m.evidence += " (FP8 blocks)";
+  } else if (has("weight") && !has("weight_scale") && !has("scale") && !has("weight_packed")) {
+    m.spec = not_quantized();
+    m.evidence += " (no scale: not quantized)";
+  }
+}
+
 void classify(TensorModule& m) {
+  if (m.names_only) {
+    classify_by_names(m);
+    return;
+  }
   auto part = [&](std::string_view s) -> const TensorRecord* {
     auto it = m.parts.find(std::string(s));
     return it == m.parts.end() ? nullptr : it->second;
@@ -203,6 +239,10 @@ TensorEvidence classify_tensors(const std::vector<TensorRecord>& tensors) {
     TensorModule& m = modules[module];
     m.name = module;
     m.parts[suffix] = &t;
+    if (t.dtype.empty()) {  // a name from the index: no dtype, no shape, no bytes
+      m.names_only = true;
+      continue;
+    }
     const int size = dtype_size(t.dtype);
     if (size == 0) {
       ev.unknown_dtypes.push_back(t.name + " (" + t.dtype + ")");

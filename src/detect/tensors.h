@@ -26,6 +26,7 @@ struct TensorModule {
   std::string evidence;                              // "U8 [2048,2048] + F8_E4M3 scale [2048,256]"
   int64_t bytes = 0;
   bool has_input_scale = false;
+  bool names_only = false;  // index names without dtypes/shapes: spec is from the names alone
 };
 
 struct TensorEvidence {

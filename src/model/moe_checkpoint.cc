@@ -1,11 +1,13 @@
-// Loading a checkpoint's MoE layers for the CPU kernels, and the plain reference forward.
+// Loading a checkpoint's MoE layers for the CPU kernels, and their reference forward
+// (moe/reference.h on weights dequantized by formats/).
 #include "model/moe_checkpoint.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <numeric>
 
 #include "checkpoint/dtype.h"
 #include "checkpoint/tensor_values.h"
@@ -33,13 +35,39 @@ std::string expand(std::string pattern, int layer, int expert = -1) {
   return pattern;
 }
 
+// One row per naming; a family's routing semantics are read in read_moe_model (MOE_SEMANTICS.md).
+// Kimi-K2 and GLM-5 use the DeepSeek-V3 names; Qwen3-MoE the same without bias or shared expert.
 const MoeNaming kNamings[] = {
-    {"deepseek_v4", "layers.{L}.ffn.gate.weight", "layers.{L}.ffn.gate.bias",
-     "layers.{L}.ffn.experts.{E}.", "layers.{L}.ffn.shared_experts.", "w1", "w3", "w2"},
-    {"deepseek_v3", "model.layers.{L}.mlp.gate.weight",
-     "model.layers.{L}.mlp.gate.e_score_correction_bias", "model.layers.{L}.mlp.experts.{E}.",
+    {"deepseek_v4", "layers.L.ffn.experts.E.w1", "layers.{L}.ffn.gate.weight", "",
+     "layers.{L}.ffn.gate.bias", "layers.{L}.ffn.experts.{E}.", "layers.{L}.ffn.shared_experts.",
+     "w1", "w3", "w2"},
+    // Hugging Face names of DeepSeek-V4 (RedHat's compressed-tensors export).
+    {"deepseek_v4", "model.layers.L.ffn.experts.E.gate_proj", "model.layers.{L}.ffn.gate.weight",
+     "", "model.layers.{L}.ffn.gate.e_score_correction_bias", "model.layers.{L}.ffn.experts.{E}.",
+     "model.layers.{L}.ffn.shared_experts.", "gate_proj", "up_proj", "down_proj"},
+    {"deepseek_v3", "model.layers.L.mlp.experts.E.gate_proj", "model.layers.{L}.mlp.gate.weight",
+     "", "model.layers.{L}.mlp.gate.e_score_correction_bias", "model.layers.{L}.mlp.experts.{E}.",
      "model.layers.{L}.mlp.shared_experts.", "gate_proj", "up_proj", "down_proj"},
+    {"minimax_m2", "model.layers.L.block_sparse_moe.experts.E.w1",
+     "model.layers.{L}.block_sparse_moe.gate.weight", "",
+     "model.layers.{L}.block_sparse_moe.e_score_correction_bias",
+     "model.layers.{L}.block_sparse_moe.experts.{E}.", "", "w1", "w3", "w2"},
+    {"gpt_oss", "model.layers.L.mlp.experts.gate_up_proj_blocks",
+     "model.layers.{L}.mlp.router.weight", "model.layers.{L}.mlp.router.bias", "",
+     "model.layers.{L}.mlp.experts.", "", "gate_up_proj", "", "down_proj", /*fused=*/true},
 };
+
+// VLM wrappers keep the language model's tensors under a prefix (Kimi-K2.5).
+const char* const kPrefixes[] = {"", "language_model."};
+
+MoeNaming with_prefix(MoeNaming n, const std::string& prefix) {
+  for (std::string* f : {&n.router_weight, &n.router_logit_bias, &n.router_bias, &n.expert_prefix,
+                         &n.shared_prefix}) {
+    if (!f->empty()) *f = prefix + *f;
+  }
+  if (!prefix.empty()) n.example = prefix + n.example;
+  return n;
+}
 
 template <class T>
 T json_value(const nlohmann::json& config, const char* key, T fallback) {
@@ -55,18 +83,44 @@ using checkpoint::read_f32;
 
 using checkpoint::tensor_bytes;
 
+bool is_dense_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
+
+Error unsupported_storage(const CheckpointDir& dir, const std::string& module, DType dtype) {
+  if (is_dense_float(dtype)) {
+    return Error{dir.path().string() + ": '" + module + "' is " +
+                     std::string(checkpoint::dtype_name(dtype)) +
+                     " (not quantized) and the CPU kernels run only MXFP4, NVFP4 and FP8 "
+                     "block-128 weights, so its MoE layers cannot run here (convert them first: "
+                     "fp4moe convert --to nvfp4)",
+                 ErrorKind::kFailed};
+  }
+  return Error{dir.path().string() + ": '" + module + "' has weight dtype " +
+               std::string(checkpoint::dtype_name(dtype)) +
+               " with scale tensors in no storage the CPU path runs (MXFP4, NVFP4 ModelOpt or "
+               "compressed-tensors, FP8 block-128)"};
+}
+
 Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& module) {
   StoredMatrix m;
   m.module = module;
   m.weight = dir.find(module + ".weight");
-  if (m.weight == nullptr)
-    return Error{dir.path().string() + ": no tensor '" + module + ".weight'"};
+  const auto* packed = dir.find(module + ".weight_packed");  // compressed-tensors
+  if (m.weight == nullptr) m.weight = packed;
+  if (m.weight == nullptr) {
+    return Error{dir.path().string() + ": no tensor '" + module +
+                 ".weight' (nor '.weight_packed')"};
+  }
   const auto& w = *m.weight->info;
   const auto* scale = dir.find(module + ".scale");
   const auto* weight_scale = dir.find(module + ".weight_scale");
   const auto* weight_scale_2 = dir.find(module + ".weight_scale_2");
+  const auto* global_scale = dir.find(module + ".weight_global_scale");
   const auto* scale_inv = dir.find(module + ".weight_scale_inv");
   const bool two_d = w.shape.size() == 2;
+  if (two_d) m.source_rows = w.shape[0];
+  auto scalar_f32 = [](const CheckpointTensor* t) {
+    return t != nullptr && t->info->dtype == DType::F32 && t->info->element_count == 1;
+  };
   if (two_d && (w.dtype == DType::I8 || w.dtype == DType::U8) && scale != nullptr &&
       (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
       scale->info->shape.size() == 2 && scale->info->shape[1] * 16 == w.shape[1]) {
@@ -75,40 +129,113 @@ Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& mo
     m.n = w.shape[0];
     m.k = w.shape[1] * 2;
   } else if (two_d && w.dtype == DType::U8 && weight_scale != nullptr &&
-             weight_scale_2 != nullptr && weight_scale->info->dtype == DType::F8_E4M3 &&
-             weight_scale_2->info->dtype == DType::F32 &&
-             weight_scale_2->info->element_count == 1) {
+             weight_scale->info->dtype == DType::F8_E4M3 &&
+             (scalar_f32(weight_scale_2) || (packed != nullptr && scalar_f32(global_scale)))) {
     m.scheme = "nvfp4";
     m.scale = weight_scale;
-    m.tensor_scale = weight_scale_2;
+    m.reciprocal_tensor_scale = !scalar_f32(weight_scale_2);
+    m.tensor_scale = m.reciprocal_tensor_scale ? global_scale : weight_scale_2;
     m.n = w.shape[0];
     m.k = w.shape[1] * 2;
   } else if (two_d && w.dtype == DType::F8_E4M3 &&
              ((scale != nullptr && scale->info->dtype == DType::F8_E8M0) ||
-              (scale_inv != nullptr && scale_inv->info->dtype == DType::F32))) {
+              (scale_inv != nullptr && scale_inv->info->dtype == DType::F32) ||
+              (weight_scale != nullptr && weight_scale->info->dtype == DType::F32 &&
+               weight_scale->info->shape.size() == 2))) {
     m.scheme = "fp8_block";
-    m.scale = scale != nullptr ? scale : scale_inv;
+    m.scale = scale != nullptr ? scale : scale_inv != nullptr ? scale_inv : weight_scale;
     m.n = w.shape[0];
     m.k = w.shape[1];
   } else {
-    return Error{dir.path().string() + ": module '" + module + "': unsupported storage (weight " +
-                 std::string(checkpoint::dtype_name(w.dtype)) +
-                 "); the CPU path runs MXFP4, NVFP4 and FP8 block-128 matrices"};
+    return unsupported_storage(dir, module, w.dtype);
   }
   return m;
+}
+
+// gpt-oss: `<prefix><name>_blocks` U8 [E, N, K/32, 16] and `_scales` U8 [E, N, K/32]; the matrix
+// of expert `e` takes rows {e * N + first, stride}, `n` of them.
+Result<StoredMatrix> find_fused_matrix(const CheckpointDir& dir, const std::string& prefix,
+                                       const std::string& name, int expert, int64_t first,
+                                       int64_t stride, int64_t divisor) {
+  StoredMatrix m;
+  m.module = prefix + name + "[" + std::to_string(expert) + "]";
+  m.weight = dir.find(prefix + name + "_blocks");
+  m.scale = dir.find(prefix + name + "_scales");
+  if (m.weight == nullptr || m.scale == nullptr) {
+    return Error{dir.path().string() + ": gpt-oss experts need '" + prefix + name +
+                 "_blocks' and '_scales'"};
+  }
+  const auto& b = m.weight->info->shape;
+  const auto& s = m.scale->info->shape;
+  if (m.weight->info->dtype != DType::U8 || b.size() != 4 || b[3] != 16 || s.size() != 3 ||
+      s[0] != b[0] || s[1] != b[1] || s[2] != b[2] ||
+      (m.scale->info->dtype != DType::U8 && m.scale->info->dtype != DType::F8_E8M0) ||
+      expert >= b[0] || b[1] % divisor != 0) {
+    return Error{dir.path().string() + ": '" + prefix + name +
+                 "_blocks'/'_scales' are not the gpt-oss MXFP4 layout U8 [E, N, K/32, 16] + "
+                 "E8M0 [E, N, K/32] for expert " +
+                 std::to_string(expert)};
+  }
+  m.scheme = "mxfp4";
+  m.n = b[1] / divisor;
+  m.k = b[2] * 32;
+  m.source_rows = b[0] * b[1];
+  m.rows = {expert * b[1] + first, stride};
+  return m;
+}
+
+// NVFP4's dequantization multiplier: weight_scale_2, or 1 / compressed-tensors'
+// weight_global_scale.
+Result<float> tensor_scale(const CheckpointDir& dir, const StoredMatrix& m) {
+  auto ts = read_f32(dir, *m.tensor_scale);
+  if (!ts.ok()) return ts.error();
+  return m.reciprocal_tensor_scale ? 1.0f / (*ts)[0] : (*ts)[0];
+}
+
+// The matrix's rows of a stacked tensor, contiguous ([n, row_bytes]).
+std::vector<uint8_t> gather_rows(std::span<const uint8_t> all, const StoredMatrix& m,
+                                 int64_t row_bytes) {
+  std::vector<uint8_t> out(static_cast<size_t>(m.n * row_bytes));
+  for (int64_t r = 0; r < m.n; ++r) {
+    const int64_t src = (m.rows.first + r * m.rows.stride) * row_bytes;
+    std::copy_n(all.begin() + src, row_bytes, out.begin() + r * row_bytes);
+  }
+  return out;
+}
+
+// FP4MOE_TEST_CORRUPT_KERNEL_WEIGHTS=1 (tests only, like FP4MOE_TEST_PAUSE_AFTER_TENSORS): the
+// kernel path's copy of every matrix gets the sign bit of every 64th byte flipped (a valid code
+// in every format), the reference's does not: a packing fault `verify` must report.
+bool corrupt_kernel_weights() {
+  static const bool on = [] {
+    const char* v = std::getenv("FP4MOE_TEST_CORRUPT_KERNEL_WEIGHTS");
+    const bool set = v != nullptr && std::string(v) == "1";
+    if (set)
+      std::fprintf(stderr, "FP4MOE_TEST_CORRUPT_KERNEL_WEIGHTS=1: kernel weights corrupted\n");
+    return set;
+  }();
+  return on;
 }
 
 Result<pack::PackedWeights> pack_matrix(const CheckpointDir& dir, const StoredMatrix& m) {
   auto weight = tensor_bytes(dir, *m.weight);
   if (!weight.ok()) return weight.error();
+  std::vector<uint8_t> corrupted;
+  if (corrupt_kernel_weights()) {
+    corrupted.assign(weight->begin(), weight->end());
+    for (size_t i = 0; i < corrupted.size(); i += 64) corrupted[i] ^= 0x80;
+    *weight = corrupted;
+  }
   auto scale = tensor_bytes(dir, *m.scale);
   if (!scale.ok()) return scale.error();
   const std::string& name = m.weight->info->name;
-  if (m.scheme == "mxfp4") return pack::pack_mxfp4(name, *weight, *scale, m.n, m.k);
+  if (m.scheme == "mxfp4") {
+    return pack::pack_mxfp4_rows(name, *weight, *scale, m.source_rows, m.rows, m.n, m.k);
+  }
   if (m.scheme == "nvfp4") {
-    auto ts = read_f32(dir, *m.tensor_scale);
+    auto ts = tensor_scale(dir, m);
     if (!ts.ok()) return ts.error();
-    return pack::pack_nvfp4(name, *weight, *scale, (*ts)[0], m.n, m.k);
+    return pack::pack_nvfp4(name, *weight, *scale, *ts, m.n, m.k);
   }
   if (m.scale->info->dtype == DType::F8_E8M0) {
     return pack::pack_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k);
@@ -127,11 +254,18 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   const std::string& name = m.weight->info->name;
   Status s;
   if (m.scheme == "mxfp4") {
-    s = formats::dequantize_mxfp4(name, *weight, *scale, m.n, m.k, out);
+    if (m.source_rows * m.k / 2 != static_cast<int64_t>(weight->size()) ||
+        m.source_rows * (m.k / 32) != static_cast<int64_t>(scale->size())) {
+      return Error{dir.path().string() + ": tensor '" + name + "' does not hold " +
+                   std::to_string(m.source_rows) + " MXFP4 rows of K = " + std::to_string(m.k)};
+    }
+    const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
+    const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 32);
+    s = formats::dequantize_mxfp4(name, codes, scales, m.n, m.k, out);
   } else if (m.scheme == "nvfp4") {
-    auto ts = read_f32(dir, *m.tensor_scale);
+    auto ts = tensor_scale(dir, m);
     if (!ts.ok()) return ts.error();
-    s = formats::dequantize_nvfp4(name, *weight, *scale, (*ts)[0], m.n, m.k, out);
+    s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
   } else if (m.scale->info->dtype == DType::F8_E8M0) {
     s = formats::dequantize_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k, out);
   } else {
@@ -143,69 +277,57 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   return out;
 }
 
-double activation(const moe::ActivationConfig& act, double g, double u) {
-  const double limit = act.limit;
-  switch (act.kind) {
-    case moe::GatedActivation::kSwiGlu:
-      if (limit > 0) g = std::min(g, limit), u = std::clamp(u, -limit, limit);
-      return g / (1.0 + std::exp(-g)) * u;
-    case moe::GatedActivation::kSwiGluOai: {
-      if (limit > 0) g = std::min(g, limit), u = std::clamp(u, -limit, limit);
-      const double alpha = act.alpha;
-      return g / (1.0 + std::exp(-alpha * g)) * (u + 1.0);
-    }
-  }
-  return 0.0;
-}
-
-// y += scale * down(act(gate x, up x)), all in double.
-void expert_forward(const DenseExpert& e, const moe::ActivationConfig& act, const float* x,
-                    int64_t hidden, double scale, double* y) {
-  std::vector<double> h(static_cast<size_t>(e.inter));
-  for (int64_t i = 0; i < e.inter; ++i) {
-    double g = 0, u = 0;
-    const float* gw = e.gate.data() + i * hidden;
-    const float* uw = e.up.data() + i * hidden;
-    for (int64_t j = 0; j < hidden; ++j)
-      g += static_cast<double>(gw[j]) * x[j], u += static_cast<double>(uw[j]) * x[j];
-    h[static_cast<size_t>(i)] = activation(act, g, u);
-  }
-  for (int64_t o = 0; o < hidden; ++o) {
-    const float* dw = e.down.data() + o * e.inter;
-    double acc = 0;
-    for (int64_t i = 0; i < e.inter; ++i)
-      acc += static_cast<double>(dw[i]) * h[static_cast<size_t>(i)];
-    y[o] += scale * acc;
-  }
-}
-
 }  // namespace
 
 Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
-  const nlohmann::json& config = dir.config();
-  if (!config.is_object())
+  const nlohmann::json& top = dir.config();
+  if (!top.is_object())
     return Error{dir.path().string() + ": no config.json: cannot tell the MoE semantics"};
+  // Multimodal wrappers (Kimi-K2.5) keep the language model's keys under text_config.
+  const nlohmann::json& config =
+      top.contains("text_config") && top["text_config"].is_object() && !top.contains("hidden_size")
+          ? top["text_config"]
+          : top;
   MoeModelInfo info;
+  info.model_type = json_value<std::string>(config, "model_type",
+                                            json_value<std::string>(top, "model_type", "unknown"));
   info.num_layers = json_value<int>(config, "num_hidden_layers", 0);
-  const MoeNaming* naming = nullptr;
-  for (const auto& n : kNamings) {
-    for (int l = 0; l < info.num_layers && naming == nullptr; ++l) {
-      if (dir.find(expand(n.expert_prefix, l, 0) + n.gate + ".weight") != nullptr) naming = &n;
+  auto first_expert = [&dir](const MoeNaming& n, int layer) {
+    const std::string p = expand(n.expert_prefix, layer, 0);
+    if (n.fused) return dir.find(p + n.gate + "_blocks") != nullptr;
+    return dir.find(p + n.gate + ".weight") != nullptr ||
+           dir.find(p + n.gate + ".weight_packed") != nullptr;
+  };
+  bool found = false;
+  for (const auto& row : kNamings) {
+    for (const char* prefix : kPrefixes) {
+      const MoeNaming n = with_prefix(row, prefix);
+      for (int l = 0; l < info.num_layers && !found; ++l) found = first_expert(n, l);
+      if (found) {
+        info.naming = n;
+        break;
+      }
     }
+    if (found) break;
   }
-  if (naming == nullptr) {
-    return Error{dir.path().string() +
-                 ": no routed-expert tensors in a naming this tool runs "
-                 "(DeepSeek-V4 'layers.L.ffn.experts.E.w1', DeepSeek-V3 "
-                 "'model.layers.L.mlp.experts.E.gate_proj')"};
+  if (!found) {
+    std::string known;
+    for (const auto& n : kNamings) known += (known.empty() ? "'" : ", '") + n.example + "'";
+    return Error{dir.path().string() + ": model_type '" + info.model_type +
+                 "' keeps its routed experts in none of the namings verify and bench run (" +
+                 known + ", with L < num_hidden_layers = " + std::to_string(info.num_layers) + ")"};
   }
-  info.naming = *naming;
+  const MoeNaming& naming = info.naming;
+  const bool v4 = naming.family == "deepseek_v4" || info.model_type == "deepseek_v4";
+  const bool gpt_oss = naming.family == "gpt_oss";
   auto& c = info.config;
   c.hidden = json_value<int64_t>(config, "hidden_size", 0);
   auto& r = c.router;
-  r.num_experts =
-      json_value<int>(config, "n_routed_experts", json_value<int>(config, "num_experts", 0));
-  r.top_k = json_value<int>(config, "num_experts_per_tok", 0);
+  r.num_experts = json_value<int>(
+      config, "n_routed_experts",
+      json_value<int>(config, "num_experts", json_value<int>(config, "num_local_experts", 0)));
+  r.top_k = json_value<int>(config, "num_experts_per_tok",
+                            json_value<int>(config, "experts_per_token", 0));
   const std::string scoring = json_value<std::string>(config, "scoring_func", "softmax");
   if (scoring == "sqrtsoftplus") {
     r.scoring = moe::ScoringFunc::kSqrtSoftplus;
@@ -217,28 +339,49 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
     return Error{dir.path().string() + "/config.json: unknown scoring_func '" + scoring + "'"};
   }
   // DeepSeek-V4's official Gate renormalizes whenever the scores are not softmax
-  // (MOE_SEMANTICS.md §1); the V3 family and Qwen key it on norm_topk_prob.
-  r.renormalize = naming->family == "deepseek_v4"
-                      ? r.scoring != moe::ScoringFunc::kSoftmax
+  // (MOE_SEMANTICS.md §1); MiniMax-M2 always does (HF MiniMaxM2SparseMoeBlock, vLLM
+  // renormalize=True); the V3 family and Qwen key it on norm_topk_prob.
+  r.renormalize = v4 ? r.scoring != moe::ScoringFunc::kSoftmax
+                  : naming.family == "minimax_m2"
+                      ? true
                       : json_value<bool>(config, "norm_topk_prob", false);
   r.routed_scaling_factor = json_value<float>(config, "routed_scaling_factor", 1.0f);
   r.n_group = json_value<int>(config, "n_group", 1);
   r.topk_group = json_value<int>(config, "topk_group", 1);
-  const float limit = json_value<float>(config, "swiglu_limit", 0.0f);
+  const float limit = json_value<float>(config, "swiglu_limit", gpt_oss ? 7.0f : 0.0f);
   c.routed_activation = {moe::GatedActivation::kSwiGlu, limit, 1.702f};
   c.shared_activation = {moe::GatedActivation::kSwiGlu, limit, 1.702f};
-  if (naming->family == "deepseek_v4")
-    info.num_hash_layers = json_value<int>(config, "num_hash_layers", 0);
+  if (gpt_oss) {
+    // gpt-oss MLPBlock: top-k of the logits (router Linear with bias), softmax over those k;
+    // swiglu(alpha 1.702, limit 7) with the +1 on the linear half (MOE_SEMANTICS.md §3).
+    r.scoring = moe::ScoringFunc::kSoftmax;
+    r.weight_rule = moe::WeightRule::kSoftmaxOfTopK;
+    r.renormalize = false;
+    c.routed_activation = {moe::GatedActivation::kSwiGluOai, limit, 1.702f};
+    c.shared_activation = c.routed_activation;  // no shared expert; said alike in describe()
+  }
+  if (v4) info.num_hash_layers = json_value<int>(config, "num_hash_layers", 0);
   for (int l = info.num_hash_layers; l < info.num_layers; ++l) {
-    if (dir.find(expand(naming->expert_prefix, l, 0) + naming->gate + ".weight") != nullptr &&
-        dir.find(expand(naming->router_weight, l)) != nullptr) {
+    if (first_expert(naming, l) && dir.find(expand(naming.router_weight, l)) != nullptr) {
       info.moe_layers.push_back(l);
     }
   }
   if (c.hidden <= 0 || r.num_experts <= 0 || r.top_k <= 0 || r.top_k > r.num_experts) {
     return Error{dir.path().string() +
-                 "/config.json: hidden_size, n_routed_experts and "
-                 "num_experts_per_tok must be positive with top_k <= experts"};
+                 "/config.json: hidden_size, the routed expert count (n_routed_experts, "
+                 "num_experts or num_local_experts) and num_experts_per_tok must be positive "
+                 "with top_k <= experts"};
+  }
+  if (info.moe_layers.empty()) {
+    return Error{dir.path().string() + ": no " + naming.family +
+                 " MoE layer with a score router ('" + naming.router_weight + "')" +
+                 (info.num_hash_layers > 0 ? " past the hash-routed layers" : "")};
+  }
+  // BF16 (or any unrunnable) experts are reported once, here, in one sentence.
+  if (!naming.fused) {
+    const int l = info.moe_layers.front();
+    auto m = find_matrix(dir, expand(naming.expert_prefix, l, 0) + naming.gate);
+    if (!m.ok()) return m.error();
   }
   return info;
 }
@@ -256,40 +399,102 @@ Result<MoeCheckpointLayer> MoeCheckpointLayer::load(const CheckpointDir& dir,
   auto weight = read_f32(dir, *router);
   if (!weight.ok()) return weight.error();
   out.router_weight_ = std::move(*weight);
-  if (const auto* bias = dir.find(expand(n.router_bias, layer))) {
-    auto b = read_f32(dir, *bias);
-    if (!b.ok()) return b.error();
-    out.router_bias_ = std::move(*b);
-  }
-  auto load_expert = [&](const std::string& prefix,
-                         std::vector<std::array<StoredMatrix, 3>>& stored,
-                         std::vector<moe::ExpertWeights>& weights) -> Status {
-    std::array<StoredMatrix, 3> matrices;
-    const std::string* names[3] = {&n.gate, &n.up, &n.down};
-    moe::ExpertWeights w;
+  auto optional_vector = [&](const std::string& pattern, std::vector<float>& to) -> Status {
+    if (pattern.empty()) return Status::Ok();
+    const auto* t = dir.find(expand(pattern, layer));
+    if (t == nullptr) return Status::Ok();
+    auto v = read_f32(dir, *t);
+    if (!v.ok()) return v.error();
+    to = std::move(*v);
+    return Status::Ok();
+  };
+  FP4MOE_RETURN_IF_ERROR(optional_vector(n.router_bias, out.router_bias_));
+  FP4MOE_RETURN_IF_ERROR(optional_vector(n.router_logit_bias, out.router_logit_bias_));
+  // Packs the three matrices of one expert and records them.
+  auto add_expert = [&](std::array<StoredMatrix, 3> matrices,
+                        std::vector<std::array<StoredMatrix, 3>>& stored,
+                        std::vector<moe::ExpertWeights>& weights, moe::ExpertWeights w) -> Status {
     const pack::PackedWeights** slots[3] = {&w.gate, &w.up, &w.down};
-    for (int i = 0; i < 3; ++i) {
-      auto m = find_matrix(dir, prefix + *names[i]);
-      if (!m.ok()) return m.error();
-      matrices[static_cast<size_t>(i)] = *m;
-      auto packed = pack_matrix(dir, *m);
+    for (size_t i = 0; i < 3; ++i) {
+      auto packed = pack_matrix(dir, matrices[i]);
       if (!packed.ok()) return packed.error();
       out.packed_.push_back(std::move(*packed));
       *slots[i] = &out.packed_.back();
       out.packed_bytes_ += out.packed_.back().streamed_bytes();
-      out.stored_bytes_ += m->weight->info->byte_size() + m->scale->info->byte_size();
+      // A fused tensor holds every expert: count this expert's share.
+      const double share = static_cast<double>(matrices[i].n) /
+                           static_cast<double>(std::max<int64_t>(matrices[i].source_rows, 1));
+      out.stored_bytes_ +=
+          static_cast<size_t>(share * static_cast<double>(matrices[i].weight->info->byte_size() +
+                                                          matrices[i].scale->info->byte_size()));
     }
     stored.push_back(matrices);
     weights.push_back(w);
     return Status::Ok();
   };
-  for (int e = 0; e < info.config.router.num_experts; ++e) {
+  auto load_expert = [&](const std::string& prefix,
+                         std::vector<std::array<StoredMatrix, 3>>& stored,
+                         std::vector<moe::ExpertWeights>& weights) -> Status {
+    std::array<StoredMatrix, 3> matrices;
+    const std::string* names[3] = {&n.gate, &n.up, &n.down};
+    for (size_t i = 0; i < 3; ++i) {
+      auto m = find_matrix(dir, prefix + *names[i]);
+      if (!m.ok()) return m.error();
+      matrices[i] = *m;
+    }
+    return add_expert(matrices, stored, weights, {});
+  };
+  const int experts = info.config.router.num_experts;
+  if (n.fused) {
+    const std::string p = expand(n.expert_prefix, layer);
+    std::vector<float> gate_up_bias, down_bias;
+    FP4MOE_RETURN_IF_ERROR(optional_vector(p + n.gate + "_bias", gate_up_bias));
+    FP4MOE_RETURN_IF_ERROR(optional_vector(p + n.down + "_bias", down_bias));
+    for (int e = 0; e < experts; ++e) {
+      std::array<StoredMatrix, 3> m;
+      // gate_up rows interleave gate (even) and up (odd): x[..., ::2], x[..., 1::2].
+      for (int64_t half = 0; half < 2; ++half) {
+        auto r = find_fused_matrix(dir, p, n.gate, e, half, 2, 2);
+        if (!r.ok()) return r.error();
+        m[static_cast<size_t>(half)] = *r;
+      }
+      auto d = find_fused_matrix(dir, p, n.down, e, 0, 1, 1);
+      if (!d.ok()) return d.error();
+      m[2] = *d;
+      const int64_t inter = m[0].n, hidden = m[2].n;
+      moe::ExpertWeights w;
+      if (!gate_up_bias.empty() || !down_bias.empty()) {
+        if (static_cast<int64_t>(gate_up_bias.size()) != int64_t{experts} * 2 * inter ||
+            static_cast<int64_t>(down_bias.size()) != int64_t{experts} * hidden) {
+          return Error{dir.path().string() + ": '" + p + n.gate + "_bias' / '" + p + n.down +
+                       "_bias' are not [E, 2I] and [E, H] for E = " + std::to_string(experts)};
+        }
+        std::vector<float>& g = out.biases_.emplace_back(static_cast<size_t>(inter));
+        std::vector<float>& u = out.biases_.emplace_back(static_cast<size_t>(inter));
+        for (int64_t i = 0; i < inter; ++i) {
+          g[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>((e * inter + i) * 2)];
+          u[static_cast<size_t>(i)] = gate_up_bias[static_cast<size_t>((e * inter + i) * 2 + 1)];
+        }
+        out.biases_.emplace_back(down_bias.begin() + e * hidden,
+                                 down_bias.begin() + (e + 1) * hidden);
+        w.gate_bias = g;
+        w.up_bias = u;
+        w.down_bias = out.biases_.back();
+      }
+      FP4MOE_RETURN_IF_ERROR(add_expert(m, out.expert_matrices_, out.experts_, w));
+    }
+    return out;
+  }
+  for (int e = 0; e < experts; ++e) {
     FP4MOE_RETURN_IF_ERROR(
         load_expert(expand(n.expert_prefix, layer, e), out.expert_matrices_, out.experts_));
   }
-  if (dir.find(expand(n.shared_prefix, layer) + n.gate + ".weight") != nullptr) {
-    FP4MOE_RETURN_IF_ERROR(
-        load_expert(expand(n.shared_prefix, layer), out.shared_matrices_, out.shared_));
+  if (!n.shared_prefix.empty()) {
+    const std::string sp = expand(n.shared_prefix, layer);
+    if (dir.find(sp + n.gate + ".weight") != nullptr ||
+        dir.find(sp + n.gate + ".weight_packed") != nullptr) {
+      FP4MOE_RETURN_IF_ERROR(load_expert(sp, out.shared_matrices_, out.shared_));
+    }
   }
   return out;
 }
@@ -302,7 +507,8 @@ std::string MoeCheckpointLayer::shared_scheme() const {
 }
 
 namespace {
-Result<DenseExpert> dense_of(const CheckpointDir& dir, const std::array<StoredMatrix, 3>& m) {
+Result<DenseExpert> dense_of(const CheckpointDir& dir, const std::array<StoredMatrix, 3>& m,
+                             const moe::ExpertWeights& w) {
   DenseExpert e;
   auto gate = dequantize_matrix(dir, m[0]);
   if (!gate.ok()) return gate.error();
@@ -313,16 +519,21 @@ Result<DenseExpert> dense_of(const CheckpointDir& dir, const std::array<StoredMa
   e.gate = std::move(*gate);
   e.up = std::move(*up);
   e.down = std::move(*down);
+  e.gate_bias = w.gate_bias;
+  e.up_bias = w.up_bias;
+  e.down_bias = w.down_bias;
   e.inter = m[0].n;
   return e;
 }
 }  // namespace
 
 Result<DenseExpert> MoeCheckpointLayer::dense_expert(int expert) const {
-  return dense_of(*dir_, expert_matrices_.at(static_cast<size_t>(expert)));
+  const auto e = static_cast<size_t>(expert);
+  return dense_of(*dir_, expert_matrices_.at(e), experts_.at(e));
 }
 Result<DenseExpert> MoeCheckpointLayer::dense_shared(int shared) const {
-  return dense_of(*dir_, shared_matrices_.at(static_cast<size_t>(shared)));
+  const auto s = static_cast<size_t>(shared);
+  return dense_of(*dir_, shared_matrices_.at(s), shared_.at(s));
 }
 
 Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const float* x,
@@ -330,119 +541,62 @@ Result<ReferenceOutput> reference_forward(const MoeCheckpointLayer& layer, const
   const auto& cfg = layer.config();
   const auto& r = cfg.router;
   const int64_t hidden = cfg.hidden;
-  const int experts = r.num_experts, top_k = r.top_k;
+  const int top_k = r.top_k;
   const auto router = layer.router();
   ReferenceOutput out;
   out.y.assign(static_cast<size_t>(tokens * hidden), 0.0);
   std::map<int, std::vector<std::pair<int64_t, double>>> by_expert;  // expert -> (token, weight)
-  std::vector<double> logits(static_cast<size_t>(experts)), scores(logits.size()),
-      select(logits.size());
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* xt = x + t * hidden;
-    for (int e = 0; e < experts; ++e) {
-      double acc = 0;
-      for (int64_t h = 0; h < hidden; ++h)
-        acc += static_cast<double>(router.weight[static_cast<size_t>(e * hidden + h)]) * xt[h];
-      logits[static_cast<size_t>(e)] = acc;
-    }
-    const double max_logit = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (int e = 0; e < experts; ++e) {
-      const double l = logits[static_cast<size_t>(e)];
-      double s = 0;
-      switch (r.scoring) {
-        case moe::ScoringFunc::kSoftmax:
-          s = std::exp(l - max_logit);
-          sum += s;
-          break;
-        case moe::ScoringFunc::kSigmoid:
-          s = 1.0 / (1.0 + std::exp(-l));
-          break;
-        case moe::ScoringFunc::kSqrtSoftplus:
-          s = std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
-          break;
-      }
-      scores[static_cast<size_t>(e)] = s;
-    }
-    if (r.scoring == moe::ScoringFunc::kSoftmax)
-      for (double& s : scores) s /= sum;
-    for (int e = 0; e < experts; ++e) {
-      select[static_cast<size_t>(e)] =
-          scores[static_cast<size_t>(e)] +
-          (router.correction_bias.empty() ? 0.0 : router.correction_bias[static_cast<size_t>(e)]);
-    }
-    // Group-limited selection (DeepSeek-V3 n_group/topk_group): mask experts outside the best
-    // groups.
-    if (r.n_group > 1) {
-      const int per_group = experts / r.n_group;
-      std::vector<std::pair<double, int>> group_scores;
-      for (int g = 0; g < r.n_group; ++g) {
-        std::vector<double> s(select.begin() + g * per_group, select.begin() + (g + 1) * per_group);
-        std::sort(s.rbegin(), s.rend());
-        const double score =
-            router.correction_bias.empty() ? s[0] : s[0] + (s.size() > 1 ? s[1] : 0.0);
-        group_scores.push_back({score, g});
-      }
-      std::stable_sort(group_scores.begin(), group_scores.end(),
-                       [](auto a, auto b) { return a.first > b.first; });
-      std::vector<bool> keep(static_cast<size_t>(r.n_group), false);
-      for (int i = 0; i < r.topk_group; ++i)
-        keep[static_cast<size_t>(group_scores[static_cast<size_t>(i)].second)] = true;
-      for (int e = 0; e < experts; ++e) {
-        if (!keep[static_cast<size_t>(e / per_group)]) select[static_cast<size_t>(e)] = -INFINITY;
-      }
-    }
-    std::vector<int> order(static_cast<size_t>(experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return select[static_cast<size_t>(a)] > select[static_cast<size_t>(b)];
-    });
-    std::vector<int> ids(order.begin(), order.begin() + top_k);
+    const moe::reference::Routing routing =
+        moe::reference::route(r, router, x + t * hidden, hidden);
+    std::vector<int> ids = routing.ids;
+    std::vector<double> weights = routing.weights;
     if (!kernel_ids.empty()) {
       std::vector<int> theirs(kernel_ids.begin() + t * top_k, kernel_ids.begin() + (t + 1) * top_k);
       std::vector<int> a = ids, b = theirs;
       std::sort(a.begin(), a.end());
       std::sort(b.begin(), b.end());
       if (a != b) {
-        const double kth = select[static_cast<size_t>(ids.back())];
+        const double kth = routing.keys[static_cast<size_t>(ids.back())];
         bool tie = true;
         for (int e : theirs) {
-          tie = tie && select[static_cast<size_t>(e)] >=
+          tie = tie && routing.keys[static_cast<size_t>(e)] >=
                            kth - kRoutingTieTolerance * std::max(1.0, std::fabs(kth));
         }
         if (tie) {
           ++out.routing_ties;
           ids = theirs;
+          weights = moe::reference::weights_for(r, routing, ids);
         } else {
           ++out.routing_mismatches;
         }
       }
     }
-    std::vector<double> w(static_cast<size_t>(top_k));
-    double wsum = 0;
-    for (int k = 0; k < top_k; ++k)
-      wsum += w[static_cast<size_t>(k)] = scores[static_cast<size_t>(ids[static_cast<size_t>(k)])];
     for (int k = 0; k < top_k; ++k) {
-      double wk = w[static_cast<size_t>(k)];
-      if (r.renormalize) wk /= wsum;
-      by_expert[ids[static_cast<size_t>(k)]].push_back({t, wk * r.routed_scaling_factor});
+      by_expert[ids[static_cast<size_t>(k)]].push_back({t, weights[static_cast<size_t>(k)]});
     }
   }
+  std::vector<double> xt(static_cast<size_t>(hidden));
+  auto load_x = [&](int64_t t) {
+    for (int64_t j = 0; j < hidden; ++j) xt[static_cast<size_t>(j)] = x[t * hidden + j];
+  };
   // Each active expert dequantized once (the reference needs no more memory than one expert).
   for (const auto& [expert, uses] : by_expert) {
     auto dense = layer.dense_expert(expert);
     if (!dense.ok()) return dense.error();
     for (const auto& [t, weight] : uses) {
-      expert_forward(*dense, cfg.routed_activation, x + t * hidden, hidden, weight,
-                     out.y.data() + t * hidden);
+      load_x(t);
+      moe::reference::expert_forward(dense->view(), cfg.routed_activation, xt.data(), hidden,
+                                     weight, out.y.data() + t * hidden, nullptr);
     }
   }
   for (int s = 0; s < layer.shared_count(); ++s) {
     auto dense = layer.dense_shared(s);
     if (!dense.ok()) return dense.error();
     for (int64_t t = 0; t < tokens; ++t) {
-      expert_forward(*dense, cfg.shared_activation, x + t * hidden, hidden, 1.0,
-                     out.y.data() + t * hidden);
+      load_x(t);
+      moe::reference::expert_forward(dense->view(), cfg.shared_activation, xt.data(), hidden, 1.0,
+                                     out.y.data() + t * hidden, nullptr);
     }
   }
   return out;

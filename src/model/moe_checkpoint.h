@@ -14,30 +14,39 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "core/status.h"
 #include "moe/moe_layer.h"
+#include "moe/reference.h"
 #include "pack/pack.h"
 
 namespace fp4moe::model {
 
-// Tensor names of one model family's MoE block ("{L}" = layer, "{E}" = expert).
+// Tensor names of one model family's MoE block ("{L}" = layer, "{E}" = expert), one row per
+// naming in moe_checkpoint.cc (`kNamings`); a VLM wrapper's "language_model." is prepended when
+// that is where the checkpoint keeps them.
 struct MoeNaming {
-  std::string family;
-  std::string router_weight;   // "layers.{L}.ffn.gate.weight"
-  std::string router_bias;     // DeepSeek e_score_correction_bias (selection only)
-  std::string expert_prefix;   // "layers.{L}.ffn.experts.{E}."
-  std::string shared_prefix;   // "layers.{L}.ffn.shared_experts."
-  std::string gate, up, down;  // "w1", "w3", "w2"
+  std::string family;             // "deepseek_v4", "deepseek_v3", "gpt_oss", "minimax_m2", ...
+  std::string example;            // one routed-expert tensor name, for messages
+  std::string router_weight;      // "layers.{L}.ffn.gate.weight"
+  std::string router_logit_bias;  // gpt-oss router Linear bias (added to the logits)
+  std::string router_bias;        // e_score_correction_bias (selection only)
+  std::string expert_prefix;      // "layers.{L}.ffn.experts.{E}." ("{E}"-less when fused)
+  std::string shared_prefix;      // "layers.{L}.ffn.shared_experts." or empty
+  std::string gate, up, down;     // "w1", "w3", "w2"; fused: "gate_up_proj", "", "down_proj"
+  // gpt-oss: all experts of a layer in `<prefix><gate>_blocks` [E, 2I, K/32, 16] (gate and up
+  // rows interleaved), `<prefix><down>_blocks` [E, H, I/32, 16], `_scales` and `_bias` beside.
+  bool fused = false;
 };
 
 struct MoeModelInfo {
   MoeNaming naming;
-  moe::MoeConfig config;  // router, activations, hidden
+  std::string model_type;  // config.json (or its text_config) model_type
+  moe::MoeConfig config;   // router, activations, hidden
   int num_layers = 0;
   int num_hash_layers = 0;      // DeepSeek-V4 layers routed by token id (not verifiable here)
   std::vector<int> moe_layers;  // layers with routed experts and a score router
 };
 
 // Reads config.json and the tensor names; an error when the checkpoint has no MoE layer this tool
-// can run (names the file and what is missing).
+// can run, in one sentence naming the family, layout or storage it cannot handle.
 Result<MoeModelInfo> read_moe_model(const checkpoint::CheckpointDir& dir);
 
 // One matrix as stored: which scheme, and its tensors.
@@ -48,11 +57,22 @@ struct StoredMatrix {
   const checkpoint::CheckpointTensor* weight = nullptr;
   const checkpoint::CheckpointTensor* scale = nullptr;         // block scales
   const checkpoint::CheckpointTensor* tensor_scale = nullptr;  // NVFP4 weight_scale_2
+  // compressed-tensors stores weight_global_scale, the reciprocal of ModelOpt's weight_scale_2.
+  bool reciprocal_tensor_scale = false;
+  // Rows of a stacked tensor (gpt-oss): the weight has source_rows rows, the matrix takes these.
+  pack::RowSelection rows;
+  int64_t source_rows = 0;
 };
 
+// An expert's weights dequantized by formats/ (independent of pack/ and the kernels), for the
+// reference; the biases point into the layer.
 struct DenseExpert {
   std::vector<float> gate, up, down;  // [I, H], [I, H], [H, I]
+  std::span<const float> gate_bias, up_bias, down_bias;
   int64_t inter = 0;
+  moe::reference::DenseExpertView view() const {
+    return {gate, up, down, gate_bias, up_bias, down_bias, inter};
+  }
 };
 
 class MoeCheckpointLayer {
@@ -62,7 +82,7 @@ class MoeCheckpointLayer {
 
   int layer() const { return layer_; }
   const moe::MoeConfig& config() const { return config_; }
-  moe::RouterWeights router() const { return {router_weight_, {}, router_bias_}; }
+  moe::RouterWeights router() const { return {router_weight_, router_logit_bias_, router_bias_}; }
   const std::vector<moe::ExpertWeights>& experts() const { return experts_; }
   const std::vector<moe::ExpertWeights>& shared() const { return shared_; }
   std::string expert_scheme() const;  // of the routed experts' gate matrices
@@ -80,17 +100,19 @@ class MoeCheckpointLayer {
   const checkpoint::CheckpointDir* dir_ = nullptr;
   int layer_ = 0;
   moe::MoeConfig config_;
-  std::vector<float> router_weight_, router_bias_;
+  std::vector<float> router_weight_, router_logit_bias_, router_bias_;
+  std::deque<std::vector<float>> biases_;   // per-expert biases (gpt-oss), split from the layer's
   std::deque<pack::PackedWeights> packed_;  // stable addresses for ExpertWeights
   std::vector<moe::ExpertWeights> experts_, shared_;
   std::vector<std::array<StoredMatrix, 3>> expert_matrices_, shared_matrices_;
   size_t packed_bytes_ = 0, stored_bytes_ = 0;
 };
 
-// The plain reference forward: routing in double from the same router weights, every active
-// expert dequantized once, products and activations in double. Where the kernel path selected a
-// different expert set for a token and the reference's scores show a tie (the two sets' scores
-// within `kRoutingTieTolerance`), the kernel path's set is used for that token and counted.
+// The reference forward (moe/reference.h) of a checkpoint layer: routing in double from the same
+// router weights, every active expert dequantized once, products and activations in double. Where
+// the kernel path selected a different expert set for a token and the reference's scores show a tie
+// (the two sets' scores within `kRoutingTieTolerance`), the kernel path's set is used for that
+// token and counted.
 struct ReferenceOutput {
   std::vector<double> y;       // [tokens, hidden]
   int routing_ties = 0;        // tokens whose selection differed within the tie tolerance

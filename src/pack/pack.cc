@@ -86,8 +86,10 @@ Status check_size(std::string_view tensor, std::string_view what, size_t got, in
   return Status::Ok();
 }
 
-// FP4 codes: checkpoint [n, k/2] (element 2i low nibble) -> tiles of 32-byte chunks (types.h).
-void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8_t* out) {
+// FP4 codes: checkpoint rows (element 2i low nibble) -> tiles of 32-byte chunks (types.h). Row r
+// of the matrix is checkpoint row rows.first + r * rows.stride.
+void pack_fp4_codes(std::span<const uint8_t> packed, RowSelection rows, int64_t n, int64_t k,
+                    uint8_t* out) {
   const int64_t row_bytes = k / 2;
   const int64_t chunks = k / kFp4ChunkK;
   const int64_t n_tiles = ceil_div(n, kTileRows);
@@ -101,7 +103,7 @@ void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8
         }
         continue;
       }
-      const uint8_t* src = packed.data() + row * row_bytes;
+      const uint8_t* src = packed.data() + (rows.first + row * rows.stride) * row_bytes;
       for (int64_t c = 0; c < chunks; ++c) {
         // The row's 4 bytes for k = 8c .. 8c+7: element e is nibble (e % 2) of byte e / 2.
         uint32_t bits;
@@ -116,14 +118,16 @@ void pack_fp4_codes(std::span<const uint8_t> packed, int64_t n, int64_t k, uint8
   }
 }
 
-// FP4 block scales: checkpoint [n, k_blocks] -> [tile][block][8 rows]; padding rows get code 0.
-void pack_fp4_scales(std::span<const uint8_t> scales, int64_t n, int64_t k_blocks, uint8_t* out) {
+// FP4 block scales: checkpoint rows of k_blocks -> [tile][block][8 rows]; padding rows get code 0.
+void pack_fp4_scales(std::span<const uint8_t> scales, RowSelection rows, int64_t n,
+                     int64_t k_blocks, uint8_t* out) {
   const int64_t n_tiles = ceil_div(n, kTileRows);
   for (int64_t t = 0; t < n_tiles; ++t) {
     for (int64_t b = 0; b < k_blocks; ++b) {
       for (int r = 0; r < kTileRows; ++r) {
         const int64_t row = t * kTileRows + r;
-        out[(t * k_blocks + b) * kTileRows + r] = row < n ? scales[row * k_blocks + b] : 0;
+        out[(t * k_blocks + b) * kTileRows + r] =
+            row < n ? scales[(rows.first + row * rows.stride) * k_blocks + b] : 0;
       }
     }
   }
@@ -131,19 +135,31 @@ void pack_fp4_scales(std::span<const uint8_t> scales, int64_t n, int64_t k_block
 
 Result<PackedWeights> pack_fp4(std::string_view tensor, WeightFormat format,
                                std::span<const uint8_t> packed, std::span<const uint8_t> scales,
-                               int64_t n, int64_t k) {
+                               int64_t n, int64_t k, RowSelection rows = {},
+                               int64_t source_rows = -1) {
   const int64_t k_block = kernels::weight_format_k_block(format);
   FP4MOE_RETURN_IF_ERROR(check_shape(tensor, n, k, k_block));
-  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "packed codes", packed.size(), n * k / 2));
-  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "block scales", scales.size(), n * (k / k_block)));
-  for (size_t i = 0; i < scales.size(); ++i) {
-    const uint8_t s = scales[i];
-    const bool bad =
-        format == WeightFormat::kNvfp4 ? ((s & 0x80) != 0 || s == 0x7F) : s == formats::kE8M0NaN;
-    if (bad) {
-      return pack_error(tensor, "block scale " + std::to_string(i) + " (row " +
-                                    std::to_string(int64_t(i) / (k / k_block)) + ") is code " +
-                                    std::to_string(s) + ", not a finite unsigned scale");
+  if (source_rows < 0) source_rows = n;
+  if (rows.first < 0 || rows.stride < 1 || rows.first + (n - 1) * rows.stride >= source_rows) {
+    return pack_error(tensor, "rows " + std::to_string(rows.first) + " + i * " +
+                                  std::to_string(rows.stride) + " for i < " + std::to_string(n) +
+                                  " do not fit its " + std::to_string(source_rows) + " rows");
+  }
+  FP4MOE_RETURN_IF_ERROR(check_size(tensor, "packed codes", packed.size(), source_rows * k / 2));
+  FP4MOE_RETURN_IF_ERROR(
+      check_size(tensor, "block scales", scales.size(), source_rows * (k / k_block)));
+  const int64_t k_blocks = k / k_block;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t row = rows.first + r * rows.stride;
+    for (int64_t b = 0; b < k_blocks; ++b) {
+      const uint8_t s = scales[static_cast<size_t>(row * k_blocks + b)];
+      const bool bad =
+          format == WeightFormat::kNvfp4 ? ((s & 0x80) != 0 || s == 0x7F) : s == formats::kE8M0NaN;
+      if (bad) {
+        return pack_error(tensor, "block scale " + std::to_string(row * k_blocks + b) + " (row " +
+                                      std::to_string(row) + ") is code " + std::to_string(s) +
+                                      ", not a finite unsigned scale");
+      }
     }
   }
   const int64_t n_tiles = ceil_div(n, kTileRows);
@@ -151,8 +167,8 @@ Result<PackedWeights> pack_fp4(std::string_view tensor, WeightFormat format,
   auto built = PackedWeightsBuilder::make(tensor, format, n, k, k / kFp4ChunkK, scale_bytes);
   if (!built.ok()) return built.error();
   PackedWeights w = std::move(built).value();
-  pack_fp4_codes(packed, n, k, PackedWeightsBuilder::codes(w));
-  pack_fp4_scales(scales, n, k / k_block, PackedWeightsBuilder::scales(w));
+  pack_fp4_codes(packed, rows, n, k, PackedWeightsBuilder::codes(w));
+  pack_fp4_scales(scales, rows, n, k_blocks, PackedWeightsBuilder::scales(w));
   return w;
 }
 
@@ -209,6 +225,12 @@ Result<PackedWeights> pack_nvfp4(std::string_view tensor, std::span<const uint8_
 Result<PackedWeights> pack_mxfp4(std::string_view tensor, std::span<const uint8_t> packed,
                                  std::span<const uint8_t> scales, int64_t n, int64_t k) {
   return pack_fp4(tensor, WeightFormat::kMxfp4, packed, scales, n, k);
+}
+
+Result<PackedWeights> pack_mxfp4_rows(std::string_view tensor, std::span<const uint8_t> packed,
+                                      std::span<const uint8_t> scales, int64_t source_rows,
+                                      RowSelection rows, int64_t n, int64_t k) {
+  return pack_fp4(tensor, WeightFormat::kMxfp4, packed, scales, n, k, rows, source_rows);
 }
 
 Result<PackedWeights> pack_fp8_block128(std::string_view tensor, std::span<const uint8_t> q,

@@ -45,6 +45,19 @@ Result<PackedWeights> pack_nvfp4(std::string_view tensor, std::span<const uint8_
 // MXFP4: packed [n, k/2], scales [n, k/32] E8M0.
 Result<PackedWeights> pack_mxfp4(std::string_view tensor, std::span<const uint8_t> packed,
                                  std::span<const uint8_t> scales, int64_t n, int64_t k);
+// Which rows of a stacked checkpoint tensor make the matrix: row r is row first + r * stride.
+// gpt-oss stores all experts in one tensor, gate_up_proj_blocks [E, 2I, K/32, 16] with the gate
+// and up rows interleaved (MOE_SEMANTICS.md §3): expert e's gate is {first e*2I, stride 2}, its
+// up {e*2I + 1, 2}, its down (down_proj_blocks [E, H, I/32, 16]) {e*H, 1}.
+struct RowSelection {
+  int64_t first = 0;
+  int64_t stride = 1;
+};
+// MXFP4 rows of a stacked tensor: packed [source_rows, k/2], scales [source_rows, k/32] E8M0
+// (gpt-oss `*_blocks` [E, N, K/32, 16] and `*_scales` [E, N, K/32] are these with E*N rows).
+Result<PackedWeights> pack_mxfp4_rows(std::string_view tensor, std::span<const uint8_t> packed,
+                                      std::span<const uint8_t> scales, int64_t source_rows,
+                                      RowSelection rows, int64_t n, int64_t k);
 // FP8 block-128: q [n, k] E4M3, scales [ceil(n/128), ceil(k/128)] F32 (weight_scale_inv) ...
 Result<PackedWeights> pack_fp8_block128(std::string_view tensor, std::span<const uint8_t> q,
                                         std::span<const float> scales, int64_t n, int64_t k);

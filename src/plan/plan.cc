@@ -16,34 +16,6 @@ namespace {
 using detect::Role;
 using detect::Scheme;
 
-// Dense (no sparsity) peak figures. The CPU row is filled from the bandwidth measured in the run.
-DeviceFigures device_figures(Target target) {
-  switch (target) {
-    case Target::kCpu:
-      return {"this CPU", 0, 0, 0, 0, "memory read bandwidth measured in this run"};
-    case Target::kSm80:
-      return {"A100 SXM4 80GB", 2039, 312, 0, 0, "NVIDIA A100 Tensor Core GPU datasheet"};
-    case Target::kSm89:
-      return {"L40S", 864, 362, 733, 0, "NVIDIA L40S datasheet (dense = half the sparse figure)"};
-    case Target::kSm90:
-      return {"H100 SXM5 80GB", 3350, 989, 1979, 0, "NVIDIA H100 Tensor Core GPU datasheet"};
-    case Target::kSm100:
-      return {"B200", 8000, 2250, 4500, 9000, "NVIDIA HGX B200 specifications, per GPU, dense"};
-    case Target::kSm120:
-      return {"RTX PRO 6000 Blackwell",
-              1792,
-              500,
-              1000,
-              2000,
-              "NVIDIA RTX PRO 6000 Blackwell datasheet (4 PFLOPS FP4 with sparsity; 1792 GB/s)"};
-  }
-  return {};
-}
-
-// The slow path of the seed: per-(token, expert) dequantize + GEMV on CUDA cores measured ~7x
-// slower than a Marlin-class kernel (../shared/FORMATS.md §5). Applied on top of the roofline.
-constexpr double kCudaCoresSlowdown = 7.0;
-
 double bytes_per_param(Scheme scheme) {
   switch (scheme) {
     case Scheme::kNvfp4:
@@ -81,53 +53,57 @@ bool is_moe_role(Role role) {
          role == Role::kMtpExperts;
 }
 
-Route route_gpu(Scheme scheme, Target target) {
-  const bool blackwell = target == Target::kSm100 || target == Target::kSm120;
-  const bool fp8_cores = target != Target::kSm80;
-  switch (scheme) {
-    case Scheme::kNvfp4:
-      if (target == Target::kSm100) {
-        return {HardwarePath::kNativeFp4TensorCores,
-                "NVFP4 grouped GEMM (tcgen05.mma kind::mxf4nvf4)", ""};
-      }
-      if (target == Target::kSm120) {
-        return {HardwarePath::kNativeFp4TensorCores,
-                "NVFP4 grouped GEMM (mma.sync kind::mxf4nvf4.block_scale m16n8k64)", ""};
-      }
-      return {HardwarePath::kW4A16TensorCores, "Marlin-class W4A16 NVFP4 GEMM",
-              "no FP4 tensor cores: NVFP4 is dequantized to BF16 in registers"};
-    case Scheme::kMxfp4:
-      if (target == Target::kSm100) {
-        return {HardwarePath::kNativeFp4TensorCores, "MXFP4 grouped GEMM (tcgen05.mma kind::mxf4)",
-                ""};
-      }
-      if (target == Target::kSm120) {
-        return {HardwarePath::kCudaCoresOnly, "per-(token, expert) MXFP4 dequant + GEMV",
-                "the engines ship no MXFP4 MoE grouped-GEMM kernel for sm_120; convert to NVFP4 "
-                "(fp4moe convert --to nvfp4, lossless) for the native FP4 tensor-core path"};
-      }
-      return {HardwarePath::kW4A16TensorCores, "Marlin-class W4A16 MXFP4 GEMM",
-              "no FP4 tensor cores: MXFP4 is dequantized to BF16 in registers"};
-    case Scheme::kFp8Block:
-    case Scheme::kFp8Tensor:
-    case Scheme::kFp8Channel:
-      if (fp8_cores)
-        return {HardwarePath::kFp8TensorCores, "FP8 scaled GEMM (DeepGEMM / CUTLASS)", ""};
-      return {HardwarePath::kW8A16TensorCores, "Marlin-class W8A16 FP8 GEMM",
-              "sm_80 has no FP8 tensor cores: FP8 is dequantized to BF16"};
-    case Scheme::kMxfp8:
-      if (blackwell) return {HardwarePath::kFp8TensorCores, "MXFP8 block-scaled GEMM", ""};
-      return {HardwarePath::kW8A16TensorCores, "W8A16 MXFP8 GEMM (dequantized to BF16)",
-              "no block-scaled FP8 MMA before Blackwell"};
-    case Scheme::kInt4:
-      return {HardwarePath::kW4A16TensorCores, "Marlin W4A16 INT4 GEMM", ""};
-    case Scheme::kBf16:
-      return {HardwarePath::kBf16TensorCores, "BF16 GEMM (cuBLAS)", ""};
-    case Scheme::kAbsent:
-    case Scheme::kUnknown:
-      break;
+HardwarePath from_engine_path(engines::Path path) {
+  switch (path) {
+    case engines::Path::kNativeFp4:
+      return HardwarePath::kNativeFp4TensorCores;
+    case engines::Path::kW4A16:
+      return HardwarePath::kW4A16TensorCores;
+    case engines::Path::kFp8:
+      return HardwarePath::kFp8TensorCores;
+    case engines::Path::kW8A16:
+      return HardwarePath::kW8A16TensorCores;
+    case engines::Path::kBf16:
+      return HardwarePath::kBf16TensorCores;
+    case engines::Path::kUnknown:
+      return HardwarePath::kUnknown;
   }
-  return {HardwarePath::kNoKernel, "none", "the scheme is unknown: no kernel can be chosen"};
+  return HardwarePath::kUnknown;
+}
+
+// What the engine at its version detects for this module group and which kernel it runs on the
+// target's architecture: all from the rules (src/engines/rules/*.json).
+Route route_engine(const engines::EngineAt& engine, const engines::Facts& facts,
+                   const detect::ModuleGroup& group, Target target, ModulePlan& m) {
+  const engines::Verdict v = engines::evaluate(engine, facts, group, target_name(target));
+  m.outcome = std::string(engines::outcome_name(v.outcome));
+  m.quant_config = v.conclusion.quant_config;
+  m.method = v.conclusion.method;
+  m.reads = v.conclusion.reads;
+  m.fixes = v.fixes;
+  if (v.rule != nullptr) {
+    m.rule = v.rule->id;
+    m.rule_source = v.rule->source.cite();
+  }
+  if (v.backend != nullptr) {
+    m.backend = v.backend->id;
+    m.backend_source = v.backend->source.cite();
+    m.precision = v.backend->precision;
+    if (!v.backend->builds.empty()) m.method = v.backend->builds;
+  }
+  if (v.rule == nullptr) return {HardwarePath::kUnknown, "unknown", v.why};
+  if (!v.conclusion.fails.empty()) return {HardwarePath::kNoKernel, "none", v.why};
+  if (v.backend == nullptr) {
+    std::string why =
+        fmt::format("{} has no kernel row for {} / {} on {}: unknown", engine.engine->name,
+                    v.conclusion.method, v.conclusion.reads, target_name(target));
+    if (!v.why.empty()) why = v.why + "; " + why;
+    return {HardwarePath::kUnknown, "unknown", why};
+  }
+  const HardwarePath path = v.outcome == engines::Outcome::kFails
+                                ? HardwarePath::kNoKernel
+                                : from_engine_path(v.backend->path);
+  return {path, v.backend->kernel, v.why};
 }
 
 Route route_cpu(Scheme scheme, Role role) {
@@ -138,6 +114,10 @@ Route route_cpu(Scheme scheme, Role role) {
   if (!is_moe_role(role)) {
     return {HardwarePath::kNotRunHere, "-",
             "fp4moe runs the MoE layer on the CPU, not this module"};
+  }
+  if (!format && scheme == Scheme::kBf16) {
+    return {HardwarePath::kNotRunHere, "-",
+            "fp4moe's CPU kernels run FP4 and FP8 experts; this BF16 module is not run here"};
   }
   if (!format) {
     return {HardwarePath::kNoKernel, "none",
@@ -167,8 +147,8 @@ double tflops_of(const DeviceFigures& d, HardwarePath path) {
     case HardwarePath::kW4A16TensorCores:
     case HardwarePath::kW8A16TensorCores:
     case HardwarePath::kBf16TensorCores:
-    case HardwarePath::kCudaCoresOnly:
       return d.bf16_tflops;
+    case HardwarePath::kUnknown:
     case HardwarePath::kCpuSimd:
     case HardwarePath::kNotRunHere:
     case HardwarePath::kNoKernel:
@@ -223,14 +203,20 @@ std::string_view target_name(Target target) {
       return "cpu";
     case Target::kSm80:
       return "sm_80";
+    case Target::kSm86:
+      return "sm_86";
     case Target::kSm89:
       return "sm_89";
     case Target::kSm90:
       return "sm_90";
     case Target::kSm100:
       return "sm_100";
+    case Target::kSm103:
+      return "sm_103";
     case Target::kSm120:
       return "sm_120";
+    case Target::kSm121:
+      return "sm_121";
   }
   return "?";
 }
@@ -240,8 +226,8 @@ Result<Target> parse_target(std::string_view name) {
     if (target_name(t) == name) return t;
   }
   return Error{
-      fmt::format("unknown target '{}': expected one of cpu, sm_80, sm_89, sm_90, sm_100, "
-                  "sm_120",
+      fmt::format("unknown target '{}': expected one of cpu, sm_80, sm_86, sm_89, sm_90, sm_100, "
+                  "sm_103, sm_120, sm_121",
                   name)};
 }
 
@@ -257,8 +243,8 @@ std::string_view path_name(HardwarePath path) {
       return "W8A16 tensor cores";
     case HardwarePath::kBf16TensorCores:
       return "BF16 tensor cores";
-    case HardwarePath::kCudaCoresOnly:
-      return "CUDA cores only";
+    case HardwarePath::kUnknown:
+      return "unknown";
     case HardwarePath::kCpuSimd:
       return "CPU SIMD";
     case HardwarePath::kNotRunHere:
@@ -274,12 +260,49 @@ bool Plan::has_error() const {
                      [](const auto& f) { return f.severity == detect::Severity::kError; });
 }
 
+namespace {
+
+// One finding per module group whose engine route is wrong, fails or is unknown, with the rule
+// and the fixes.
+void add_engine_findings(Plan& plan, const ModulePlan& m, const std::string& what, Target target,
+                         const PlanOptions& options) {
+  if (m.outcome == "ok") return;
+  std::string message =
+      fmt::format("{}: {} on {}: {}", what, plan.engine_label, target_name(target), m.note);
+  if (!m.rule.empty()) message += fmt::format(" [rule {}: {}]", m.rule, m.rule_source);
+  for (const auto& fix : m.fixes) message += "; fix: " + fix;
+  if (m.outcome == "unknown") {
+    plan.findings.push_back({detect::Severity::kInfo, "engine_unknown", message});
+    return;
+  }
+  plan.findings.push_back(
+      {options.engine_problems_are_errors ? detect::Severity::kError : detect::Severity::kWarning,
+       m.outcome == "wrong" ? "engine_wrong_path" : "engine_fails", message});
+}
+
+}  // namespace
+
 Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, Target target,
                const PlanOptions& options) {
   Plan plan;
   plan.target = target;
-  plan.device = device_figures(target);
+  plan.device =
+      options.gpu && target != Target::kCpu ? options.gpu->device : default_device(target);
+  plan.gpu_count = options.gpu && target != Target::kCpu ? options.gpu->count : 1;
   if (target == Target::kCpu) plan.device.memory_gbps = options.cpu_bandwidth_gbps;
+  const engines::EngineAt engine = options.engine.value_or(
+      engines::at_version(engines::all_engines().front(), engines::all_engines().front().newest()));
+  if (target == Target::kCpu) {
+    plan.engine = "fp4moe-cpu";
+    plan.engine_label = "fp4moe CPU kernels";
+  } else {
+    plan.engine = engine.engine->id;
+    plan.version = engine.version;
+    plan.engine_label = engine.label();
+  }
+  engines::Facts config_only{
+      {{"config", config}, {"hf_quant_config", nullptr}, {"tensor", nlohmann::json::object()}}};
+  const engines::Facts& facts = options.facts != nullptr ? *options.facts : config_only;
   const int64_t top_k = config_int(config, {"num_experts_per_tok", "moe_topk", "top_k"});
   const int64_t experts = config_int(
       config, {"n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"});
@@ -289,7 +312,7 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     ModulePlan m;
     m.group = group;
     Route route = target == Target::kCpu ? route_cpu(group.spec.scheme, group.role)
-                                         : route_gpu(group.spec.scheme, target);
+                                         : route_engine(engine, facts, group, target, m);
     if (group.role == Role::kEmbedding) {
       route = {HardwarePath::kNotRunHere, "row gather",
                "an embedding is a table lookup, not a GEMM"};
@@ -306,38 +329,33 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     }
     if (group.role == Role::kEmbedding)
       fraction = vocab > 0 ? 1.0 / static_cast<double>(vocab) : 0.0;
-    m.bytes_per_token = static_cast<double>(group.bytes) * fraction;
+    // Unknown bytes (a shape the config does not give) stay NaN: printed "unknown", null in JSON.
+    m.bytes_per_token = group.bytes ? static_cast<double>(*group.bytes) * fraction : std::nan("");
     const double flops = 2.0 * m.bytes_per_token / bytes_per_param(group.spec.scheme);
-    const double bandwidth = plan.device.memory_gbps * 1e9;
-    const double peak = tflops_of(plan.device, m.path) * 1e12;
+    // A lower bound: the datasheet bandwidth of all the GPUs, fully used. No per-path efficiency
+    // is applied (none is sourced); a path whose kernel is unknown gets no figure at all.
+    const double bandwidth = plan.device.memory_gbps * 1e9 * plan.gpu_count;
+    const double peak = tflops_of(plan.device, m.path) * 1e12 * plan.gpu_count;
     double seconds = bandwidth > 0 ? m.bytes_per_token / bandwidth : 0.0;
     if (peak > 0) seconds = std::max(seconds, flops / peak);
-    if (m.path == HardwarePath::kCudaCoresOnly) seconds *= kCudaCoresSlowdown;
-    if (m.path == HardwarePath::kNoKernel) seconds = 0;
+    const bool engine_problem = m.outcome == "wrong" || m.outcome == "fails";
+    if (m.path == HardwarePath::kUnknown || engine_problem) seconds = std::nan("");
+    if (m.path == HardwarePath::kNoKernel) seconds = target == Target::kCpu ? 0 : std::nan("");
     if (m.path == HardwarePath::kNotRunHere && group.role != Role::kEmbedding) seconds = 0;
     m.time_us = seconds * 1e6;
     const std::string what = fmt::format("{} ({}, {})", group.name, detect::to_string(group.role),
                                          detect::to_string(group.spec.scheme));
     switch (m.path) {
       case HardwarePath::kNoKernel:
-        plan.findings.push_back(
-            {detect::Severity::kError, "no_kernel",
-             fmt::format("{}: no kernel on {}: {}", what, target_name(target), m.note)});
-        break;
-      case HardwarePath::kCudaCoresOnly:
-        plan.findings.push_back(
-            {detect::Severity::kWarning, "slow_path",
-             fmt::format("{}: runs on CUDA cores only on {} (~{:.0f}x slower than "
-                         "a tensor-core kernel): {}",
-                         what, target_name(target), kCudaCoresSlowdown, m.note)});
-        break;
-      case HardwarePath::kW4A16TensorCores:
-      case HardwarePath::kW8A16TensorCores:
-        if (!m.note.empty()) {
-          plan.findings.push_back({detect::Severity::kInfo, "weight_only_path",
-                                   fmt::format("{}: {} on {}", what, m.note, target_name(target))});
+        if (target == Target::kCpu) {  // a GPU engine's failure is an engine finding below
+          plan.findings.push_back(
+              {detect::Severity::kError, "no_kernel",
+               fmt::format("{}: no kernel on {}: {}", what, target_name(target), m.note)});
         }
         break;
+      case HardwarePath::kUnknown:
+      case HardwarePath::kW4A16TensorCores:
+      case HardwarePath::kW8A16TensorCores:
       case HardwarePath::kNativeFp4TensorCores:
       case HardwarePath::kFp8TensorCores:
       case HardwarePath::kBf16TensorCores:
@@ -345,6 +363,7 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
       case HardwarePath::kNotRunHere:
         break;
     }
+    if (target != Target::kCpu) add_engine_findings(plan, m, what, target, options);
     if (group.role != Role::kMtpExperts && group.role != Role::kMtpOther) {
       plan.bytes_per_token += m.bytes_per_token;
       plan.time_us += m.time_us;
@@ -353,7 +372,9 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
   }
   if (!manifest.tensors_checked) {
     plan.findings.push_back({detect::Severity::kInfo, "no_tensor_sizes",
-                             "the tensors were not checked (configs only): bytes and times are 0"});
+                             "the safetensors headers were not read: bytes are estimated from "
+                             "the config's dimensions (inspect --json: bytes_source), unknown "
+                             "where the config gives no shape"});
   }
   return plan;
 }
@@ -368,7 +389,17 @@ nlohmann::json to_json(const Plan& plan) {
                        {"path", path_name(m.path)},
                        {"bytes_per_token", m.bytes_per_token},
                        {"time_us", m.time_us},
-                       {"note", m.note}});
+                       {"note", m.note},
+                       {"outcome", m.outcome},
+                       {"quant_config", m.quant_config},
+                       {"method", m.method},
+                       {"reads", m.reads},
+                       {"precision", m.precision},
+                       {"rule", m.rule},
+                       {"rule_source", m.rule_source},
+                       {"backend", m.backend},
+                       {"backend_source", m.backend_source},
+                       {"fixes", m.fixes}});
   }
   nlohmann::json findings = nlohmann::json::array();
   for (const auto& f : plan.findings) {
@@ -376,8 +407,13 @@ nlohmann::json to_json(const Plan& plan) {
         {{"severity", detect::to_string(f.severity)}, {"code", f.code}, {"message", f.message}});
   }
   return {{"target", target_name(plan.target)},
+          {"engine", plan.engine},
+          {"version", plan.version},
+          {"engine_label", plan.engine_label},
+          {"gpu_count", plan.gpu_count},
           {"device",
            {{"gpu", plan.device.gpu},
+            {"memory_gb", plan.device.memory_gb},
             {"memory_gbps", plan.device.memory_gbps},
             {"bf16_tflops", plan.device.bf16_tflops},
             {"fp8_tflops", plan.device.fp8_tflops},
@@ -389,9 +425,18 @@ nlohmann::json to_json(const Plan& plan) {
           {"findings", findings}};
 }
 
+namespace {
+// A figure, or "unknown" when it is not known (NaN).
+std::string or_unknown(double v, int precision) {
+  return std::isnan(v) ? std::string("unknown") : fmt::format("{:.{}f}", v, precision);
+}
+}  // namespace
+
 std::string to_table(const Plan& plan) {
-  std::string out = fmt::format("target {} ({}; {:.0f} GB/s", target_name(plan.target),
-                                plan.device.gpu, plan.device.memory_gbps);
+  std::string out =
+      fmt::format("{} on target {} ({}{}; {:.0f} GB/s", plan.engine_label, target_name(plan.target),
+                  plan.device.gpu, plan.gpu_count > 1 ? fmt::format(" x{}", plan.gpu_count) : "",
+                  plan.device.memory_gbps);
   if (plan.target != Target::kCpu) {
     out += fmt::format(", BF16 {:.0f} / FP8 {:.0f} / FP4 {:.0f} TFLOPS", plan.device.bf16_tflops,
                        plan.device.fp8_tflops, plan.device.fp4_tflops);
@@ -400,15 +445,22 @@ std::string to_table(const Plan& plan) {
   out += fmt::format("{:<16} {:<42} {:<11} {:<34} {:>12} {:>10}  {}\n", "role", "modules", "scheme",
                      "hardware path", "MB/token", "us/token", "kernel");
   for (const auto& m : plan.modules) {
-    out += fmt::format("{:<16} {:<42} {:<11} {:<34} {:>12.3f} {:>10.2f}  {}\n",
+    out += fmt::format("{:<16} {:<42} {:<11} {:<34} {:>12} {:>10}  {}\n",
                        detect::to_string(m.group.role), m.group.name,
                        detect::to_string(m.group.spec.scheme), path_name(m.path),
-                       m.bytes_per_token / 1e6, m.time_us, m.kernel);
+                       or_unknown(m.bytes_per_token / 1e6, 3), or_unknown(m.time_us, 2), m.kernel);
+    if (!m.outcome.empty()) {
+      out += fmt::format("    {}: {}{}{} -> {}{}{}\n", plan.engine, m.quant_config,
+                         m.quant_config.empty() ? "" : " / ", m.method.empty() ? "-" : m.method,
+                         m.outcome, m.rule.empty() ? "" : " [rule " + m.rule + "]",
+                         m.outcome == "ok" || m.note.empty() ? "" : ": " + m.note);
+    }
   }
   out += fmt::format(
-      "decode at batch 1 (MTP excluded): {:.1f} MB read per token, roofline {:.1f} us "
-      "per token ({:.0f} tokens/s)\n",
-      plan.bytes_per_token / 1e6, plan.time_us, plan.time_us > 0 ? 1e6 / plan.time_us : 0.0);
+      "decode at batch 1 (MTP excluded): {} MB read per token, lower bound {} us "
+      "per token (at most {} tokens/s; datasheet bandwidth, no efficiency applied)\n",
+      or_unknown(plan.bytes_per_token / 1e6, 1), or_unknown(plan.time_us, 1),
+      plan.time_us > 0 ? or_unknown(1e6 / plan.time_us, 0) : std::string("unknown"));
   for (const auto& f : plan.findings) {
     out += fmt::format("{}: [{}] {}\n", detect::to_string(f.severity), f.code, f.message);
   }
@@ -420,7 +472,7 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
   double min_b = 1e300, max_b = 0, min_t = 1e300, max_t = 0;
   for (const auto& p : plans) {
     for (const auto& m : p.modules) {
-      if (m.bytes_per_token <= 0 || m.time_us <= 0) continue;
+      if (!(m.bytes_per_token > 0) || !(m.time_us > 0)) continue;  // also unknown (NaN)
       min_b = std::min(min_b, m.bytes_per_token), max_b = std::max(max_b, m.bytes_per_token);
       min_t = std::min(min_t, m.time_us), max_t = std::max(max_t, m.time_us);
     }
@@ -462,8 +514,8 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
         << "' fill='" << color << "'>&#9679; " << target_name(plans[i].target) << " ("
         << plans[i].device.gpu << ")</text>\n";
     for (const auto& m : plans[i].modules) {
-      if (m.bytes_per_token <= 0 || m.time_us <= 0) continue;
-      const bool slow = m.path == HardwarePath::kCudaCoresOnly;
+      if (!(m.bytes_per_token > 0) || !(m.time_us > 0)) continue;  // also unknown (NaN)
+      const bool slow = m.outcome == "wrong" || m.outcome == "fails";
       svg << "<circle cx='" << x_of(m.bytes_per_token) << "' cy='" << y_of(m.time_us) << "' r='"
           << (slow ? 7 : 5) << "' fill='" << color << "'"
           << (slow ? " stroke='red' stroke-width='2'" : "") << "><title>"
@@ -487,13 +539,12 @@ std::string to_html(const std::vector<Plan>& plans, std::string_view title) {
           "<th>hardware path</th><th>MB/token</th><th>us/token</th><th>kernel</th></tr>\n";
   for (const auto& p : plans) {
     for (const auto& m : p.modules) {
-      html << "<tr" << (m.path == HardwarePath::kCudaCoresOnly ? " class='slow'" : "") << "><td>"
-           << target_name(p.target) << "</td><td>" << detect::to_string(m.group.role) << "</td><td>"
-           << html_escape(m.group.name) << "</td><td>" << detect::to_string(m.group.spec.scheme)
-           << "</td><td>" << path_name(m.path) << "</td><td>"
-           << fmt::format("{:.3f}", m.bytes_per_token / 1e6) << "</td><td>"
-           << fmt::format("{:.2f}", m.time_us) << "</td><td>" << html_escape(m.kernel)
-           << "</td></tr>\n";
+      html << "<tr" << (m.outcome == "wrong" || m.outcome == "fails" ? " class='slow'" : "")
+           << "><td>" << target_name(p.target) << "</td><td>" << detect::to_string(m.group.role)
+           << "</td><td>" << html_escape(m.group.name) << "</td><td>"
+           << detect::to_string(m.group.spec.scheme) << "</td><td>" << path_name(m.path)
+           << "</td><td>" << or_unknown(m.bytes_per_token / 1e6, 3) << "</td><td>"
+           << or_unknown(m.time_us, 2) << "</td><td>" << html_escape(m.kernel) << "</td></tr>\n";
     }
   }
   html << "</table></body></html>\n";

@@ -52,6 +52,55 @@ def test_repeat_reports_the_median_round_and_the_spread():
 def test_gemv_errors():
     fp8 = run("bench", "--gemv", "--format", "fp8_block", "--precision", "w4a8", "--k", 256, "--n", 8,
               "--min-gib", 0.001, "--seconds", 0.01)
-    assert fp8.returncode == 1 and "W4A8" in fp8.stderr
+    assert fp8.returncode == 2 and "W4A8" in fp8.stderr  # a combination that does not exist: usage
     bad = run("bench", "--gemv", "--precision", "w2a2")
     assert bad.returncode == 2 and "w2a2" in bad.stderr
+
+
+# ---- `bench --checkpoint` on every family and layout -------------------------------------------
+
+# layout -> the routed experts' scheme bench must report (see test_verify_cli.SYNTH_LAYOUTS).
+SYNTH_LAYOUTS = {"dsv4-mxfp4": "mxfp4", "dsv4-nvfp4": "nvfp4", "gpt-oss-mxfp4": "mxfp4",
+                 "dsv3-fp8": "fp8_block", "ct-nvfp4": "nvfp4", "modelopt-nvfp4": "nvfp4"}
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    made = {}
+
+    def make(layout):
+        if layout not in made:
+            d = tmp_path_factory.mktemp("synth") / layout
+            out = run("synth", layout, d, "--layers", 1, "--experts", 8)
+            assert out.returncode == 0, out.stderr
+            made[layout] = d
+        return made[layout]
+    return make
+
+
+# Every layout exact; W4A8 on the layouts whose W4A8 path differs from the DeepSeek-V4 one the
+# older test runs: gpt-oss (biases around the int8 activations) and compressed-tensors NVFP4.
+CASES = [(layout, "w4a16") for layout in SYNTH_LAYOUTS] + [("gpt-oss-mxfp4", "w4a8"),
+                                                          ("ct-nvfp4", "w4a8")]
+
+
+@pytest.mark.parametrize("layout,precision", CASES)
+def test_bench_checkpoint_every_synth_layout(layout, precision, synth_dir):
+    proc = run("bench", "--checkpoint", synth_dir(layout), "--seconds", 0.02, "--precision", precision,
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    layers = json.loads(proc.stdout)["layers"]
+    assert layers, proc.stdout
+    for layer in layers:
+        print(f"  {layout} layer {layer['layer']} {precision}: {layer['us']:.0f} us, "
+              f"{layer['ratio_to_bound']:.2f}x the bandwidth bound")
+        assert layer["expert_scheme"] == SYNTH_LAYOUTS[layout] and layer["precision"] == precision
+        assert layer["calls"] >= 8 and layer["us"] > 0 and layer["bytes_per_call"] > 0
+        assert layer["ratio_to_bound"] == pytest.approx(layer["us"] / layer["bound_us"])
+
+
+def test_bench_checkpoint_bf16_says_why_in_one_sentence(synth_dir):
+    proc = run("bench", "--checkpoint", synth_dir("bf16"), "--seconds", 0.02)
+    assert proc.returncode == 1, proc.stderr  # no kernel on the path
+    message = proc.stderr.strip()
+    assert "BF16 (not quantized)" in message and len(message.splitlines()) == 1, message

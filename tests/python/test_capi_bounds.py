@@ -1,4 +1,4 @@
-"""Bounds at the C ABI boundary (src/capi, python/fp4moe).
+"""Bounds at the C ABI boundary (src/capi, tests/python/fp4moe_capi.py).
 
 Two independent checks, each tested on its own:
 - the binding: every entry point rejects a too-small (or wrongly shaped) array, a wrong dtype and a
@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-import fp4moe
+import fp4moe_capi as fp4moe  # the C ABI, whichever binding conftest.py gives the other tests
 
 F32, U8, U16 = np.float32, np.uint8, np.uint16
 UNITS = {np.dtype(U8): "bytes", np.dtype(U16): "uint16s", np.dtype(F32): "floats",

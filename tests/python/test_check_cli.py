@@ -995,7 +995,9 @@ def test_bad_input_exits_2(tmp_path):
     assert run("check", tmp_path / "nope").returncode == 2
     (tmp_path / "empty").mkdir()
     proc = run("check", tmp_path / "empty", "--json")
-    assert proc.returncode == 2 and "no *.safetensors" in json.loads(proc.stdout)["error"]
+    err = json.loads(proc.stdout)  # the error object of docs/schema/error.schema.json
+    assert proc.returncode == 2 and err["schema_version"] == 1
+    assert err["error"]["kind"] == "bad_input" and "no *.safetensors" in err["error"]["message"]
     ck = clean("ct-nvfp4")
     path = ck.write(tmp_path / "badconfig")
     (path / "config.json").write_text("{ not json")

@@ -16,11 +16,15 @@ def test_demo_tells_the_story(tmp_path):
     out = proc.stdout
     assert "routed experts mxfp4" in out and "routed experts nvfp4" in out
     assert "[quant_method_hides_moe_format]" in out
-    assert re.search(r"sm_120 routed-expert path\s+CUDA cores only\s+native FP4 tensor cores", out)
+    # What each engine's newest release runs on sm_120, from the engine rules: vLLM runs the stock
+    # MXFP4 experts on Marlin (W4A16) and the NVFP4 ones on FP4 tensor cores; no invented speed-up.
+    assert re.search(r"sm_120 routed, vLLM \S+\s+ok: W4A16 tensor cores \(Marlin-class\)\s+"
+                     r"ok: native FP4 tensor cores", out)
+    assert re.search(r"sm_120 routed, SGLang \S+\s+ok: unknown\s+ok: unknown", out)
+    assert re.search(r"sm_120 decode bound, full model\s+\d+ us/token\s+\d+ us/token", out)
+    assert "x faster" not in out and "CUDA cores" not in out
     assert "every block bit-exact" in out
     assert out.count(": ok") >= 2  # verify passed before and after
-    speedup = float(re.search(r"\(([\d.]+)x faster\)", out).group(1))
-    assert speedup > 1.5
     assert not work.exists(), "the work directory is removed unless --keep"
 
 

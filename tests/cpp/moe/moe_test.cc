@@ -1,6 +1,7 @@
-// The MoE layer against a plain FP64 reference (dequantize every expert, loop over tokens), for
-// the DeepSeek-V3/V4, gpt-oss and Qwen3-MoE semantics, on every ISA this host has; plus the
-// router's selection rules on hand-made logits, and bad configurations.
+// The MoE layer against the FP64 reference of moe/reference.h (dequantize every expert, loop over
+// tokens), for the DeepSeek-V3/V4, gpt-oss and Qwen3-MoE semantics, on every ISA this host has;
+// the W4A8 layer against that reference's arithmetic with the activations quantized as the layer
+// does; plus the router's selection rules on hand-made logits, and bad configurations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "dispatch/cpu_features.h"
 #include "kernels/registry.h"
 #include "moe/moe_layer.h"
+#include "moe/reference.h"
 #include "test_weights.h"
 
 namespace fp4moe::moe {
@@ -84,23 +86,15 @@ Result<MoeLayer> make_layer(const Fixture& fx, int64_t max_tokens, kernels::Isa 
                           experts, shared, max_tokens, isa, precision);
 }
 
-// ---- The FP64 reference: plain loops over tokens, every formula written out again. ----------
-
-std::vector<int> ref_top_k(const std::vector<double>& v, int k) {
-  std::vector<int> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&v](int a, int b) { return v[a] > v[b]; });
-  idx.resize(k);
-  return idx;
-}
+// ---- The FP64 reference (moe/reference.h), and the W4A8 error bounds around it ---------------
 
 double ref_act(const ActivationConfig& a, double g, double u) {
-  if (a.limit > 0) {
-    g = std::min(g, double(a.limit));
-    u = std::clamp(u, -double(a.limit), double(a.limit));
-  }
-  if (a.kind == GatedActivation::kSwiGlu) return g / (1.0 + std::exp(-g)) * u;
-  return g / (1.0 + std::exp(-double(a.alpha) * g)) * (u + 1.0);
+  return reference::activation(a, g, u);
+}
+
+reference::DenseExpertView dense_view(const TestExpert& e) {
+  return {e.gate.dequantized, e.up.dequantized, e.down.dequantized, e.gate_bias, e.up_bias,
+          e.down_bias,        e.gate.n};
 }
 
 // The W4A8 activation block of a product with these weights: the family covers the FP4 formats
@@ -230,89 +224,36 @@ struct RefToken {
   std::vector<double> weights, y, scale, slack;
 };
 
-// `w4a8`: every product the W4A8 family covers runs W4A8 (ref_expert's block > 0).
+// `w4a8`: every product the W4A8 family covers runs W4A8 (ref_expert's block > 0); otherwise
+// the reference's own expert forward (slack 0: the exact tests bound the error by the scale).
 RefToken ref_token(const Fixture& fx, const float* x, bool w4a8 = false) {
-  const RouterConfig& c = fx.config.router;
   const int64_t h = fx.config.hidden;
-  const int e_count = c.num_experts;
-  std::vector<double> logits(e_count);
-  for (int e = 0; e < e_count; ++e) {
-    double s = fx.logit_bias.empty() ? 0.0 : fx.logit_bias[e];
-    for (int64_t j = 0; j < h; ++j) s += double(fx.router_w[e * h + j]) * x[j];
-    logits[e] = s;
-  }
+  const reference::Routing routing = reference::route(
+      fx.config.router, RouterWeights{fx.router_w, fx.logit_bias, fx.correction_bias}, x, h);
   RefToken r;
-  if (c.weight_rule == WeightRule::kSoftmaxOfTopK) {  // gpt-oss MLPBlock
-    r.ids = ref_top_k(logits, c.top_k);
-    double sum = 0;
-    for (int id : r.ids) sum += std::exp(logits[id]);
-    for (int id : r.ids) r.weights.push_back(std::exp(logits[id]) / sum * c.routed_scaling_factor);
-  } else {
-    std::vector<double> scores(e_count);
-    double total = 0;
-    for (double l : logits) total += std::exp(l);
-    for (int e = 0; e < e_count; ++e) {
-      const double l = logits[e];
-      switch (c.scoring) {
-        case ScoringFunc::kSoftmax:
-          scores[e] = std::exp(l) / total;
-          break;
-        case ScoringFunc::kSigmoid:
-          scores[e] = 1.0 / (1.0 + std::exp(-l));
-          break;
-        case ScoringFunc::kSqrtSoftplus:
-          scores[e] = std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
-          break;
-      }
-    }
-    std::vector<double> choice = scores;
-    if (!fx.correction_bias.empty()) {
-      for (int e = 0; e < e_count; ++e) choice[e] += fx.correction_bias[e];
-    }
-    if (c.n_group > 1) {  // DeepSeek-V3 Gate: top-2 sum with a bias, else max; mask -inf
-      const int per = e_count / c.n_group;
-      std::vector<double> gs(c.n_group);
-      for (int g = 0; g < c.n_group; ++g) {
-        std::vector<double> grp(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-        std::sort(grp.rbegin(), grp.rend());
-        gs[g] = fx.correction_bias.empty() ? grp[0] : grp[0] + grp[1];
-      }
-      const std::vector<int> keep = ref_top_k(gs, c.topk_group);
-      for (int g = 0; g < c.n_group; ++g) {
-        if (std::find(keep.begin(), keep.end(), g) != keep.end()) continue;
-        for (int e = g * per; e < (g + 1) * per; ++e) choice[e] = -INFINITY;
-      }
-    }
-    r.ids = ref_top_k(choice, c.top_k);
-    double sum = 0;
-    for (int id : r.ids) sum += scores[id];
-    for (int id : r.ids) {
-      r.weights.push_back((c.renormalize ? scores[id] / sum : scores[id]) *
-                          c.routed_scaling_factor);
-    }
-  }
+  r.ids = routing.ids;
+  r.weights = routing.weights;
   r.y.assign(h, 0.0);
   r.scale.assign(h, 0.0);
   r.slack.assign(h, 0.0);
+  const std::vector<double> xd(x, x + h);
   std::vector<double> out, scale, slack;
-  auto block = [w4a8](const TestExpert& e) { return w4a8 ? w4a8_block(e.gate.format) : 0; };
+  auto add = [&](const TestExpert& e, const ActivationConfig& act, double w) {
+    if (!w4a8) {
+      reference::expert_forward(dense_view(e), act, xd.data(), h, w, r.y.data(), r.scale.data());
+      return;
+    }
+    ref_expert(e, act, x, h, w4a8_block(e.gate.format), out, scale, slack);
+    for (int64_t j = 0; j < h; ++j) {
+      r.y[j] += w * out[j];
+      r.scale[j] += std::fabs(w) * scale[j];
+      r.slack[j] += std::fabs(w) * slack[j];
+    }
+  };
   for (size_t i = 0; i < r.ids.size(); ++i) {
-    const TestExpert& e = *fx.experts[r.ids[i]];
-    ref_expert(e, fx.config.routed_activation, x, h, block(e), out, scale, slack);
-    for (int64_t j = 0; j < h; ++j) {
-      r.y[j] += r.weights[i] * out[j];
-      r.scale[j] += std::fabs(r.weights[i]) * scale[j];
-      r.slack[j] += std::fabs(r.weights[i]) * slack[j];
-    }
+    add(*fx.experts[r.ids[i]], fx.config.routed_activation, r.weights[i]);
   }
-  for (const auto& s : fx.shared) {
-    ref_expert(*s, fx.config.shared_activation, x, h, block(*s), out, scale, slack);
-    for (int64_t j = 0; j < h; ++j) {
-      r.y[j] += out[j];
-      r.scale[j] += scale[j];
-      r.slack[j] += slack[j];
-    }
-  }
+  for (const auto& s : fx.shared) add(*s, fx.config.shared_activation, 1.0);
   return r;
 }
 

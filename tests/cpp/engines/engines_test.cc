@@ -1,0 +1,308 @@
+// The engine rules: every embedded file parses with a source per row, versions order like PyPI,
+// and the rules predict what the engines' own code chose (../shared/ENGINES_RESEARCH.md, re-derived
+// from the engines' code at the cited versions; tests/engines/verdicts.json is checked by
+// tests/python/test_plan_cli.py once recorded).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "engines/embedded.h"
+#include "engines/rules.h"
+
+namespace fp4moe::engines {
+namespace {
+
+using detect::Activation;
+using detect::ModuleGroup;
+using detect::Role;
+using detect::Scheme;
+using nlohmann::json;
+
+TEST(EngineRules, EveryFileParsesWithSourcesAndUniqueIds) {
+  ASSERT_EQ(all_engines().size(), 3u);
+  std::set<std::string> ids;
+  for (const auto& e : all_engines()) {
+    EXPECT_FALSE(e.releases.empty()) << e.id;
+    for (const auto& r : e.rules) {
+      EXPECT_TRUE(ids.insert(r.id).second) << "duplicate rule id " << r.id;
+      EXPECT_FALSE(r.source.file.empty()) << r.id;
+      EXPECT_FALSE(r.source.evidence.empty()) << r.id;
+      if (!r.pr.empty()) {
+        EXPECT_NE(e.find_pr(r.pr), nullptr) << r.id << " cites unknown PR";
+      }
+      if (!r.pr_absent.empty()) {
+        EXPECT_NE(e.find_pr(r.pr_absent), nullptr) << r.id;
+      }
+      for (const auto& [role, c] : r.modules) {
+        bool known_role = role == "*";
+        for (Role x : detect::kAllRoles) known_role = known_role || detect::to_string(x) == role;
+        EXPECT_TRUE(known_role) << r.id << " " << role;
+        if (c.fails.empty()) {
+          EXPECT_TRUE(detect::scheme_from_string(c.reads)) << r.id << " " << c.reads;
+        }
+      }
+    }
+    for (const auto& b : e.backends) {
+      EXPECT_TRUE(ids.insert(b.id).second) << "duplicate backend id " << b.id;
+      EXPECT_FALSE(b.source.evidence.empty()) << b.id;
+    }
+    for (const auto& p : e.prs) {
+      for (const auto& m : p.markers) EXPECT_NE(e.find_marker(m), nullptr) << p.id << " " << m;
+    }
+    // Release lists are in PyPI order.
+    for (size_t i = 1; i < e.releases.size(); ++i) {
+      EXPECT_LT(compare_versions(e.releases[i - 1], e.releases[i]), 0) << e.releases[i];
+    }
+  }
+  EXPECT_FALSE(embedded_resolver().empty());
+}
+
+TEST(EngineRules, BadRulesFilesAreErrors) {
+  EXPECT_FALSE(parse_engine("{", "x.json").ok());
+  EXPECT_FALSE(parse_engine(R"({"engine": "e", "rules": [{"id": "r"}], "backends": []})", "x.json")
+                   .ok());  // a rule without modules or a source
+}
+
+TEST(EngineRules, VersionsCompareLikePyPI) {
+  EXPECT_LT(compare_versions("0.5.13", "0.5.13.post1"), 0);
+  EXPECT_LT(compare_versions("0.5.13.post1", "0.5.14"), 0);
+  EXPECT_LT(compare_versions("0.5.9", "0.5.14"), 0);
+  EXPECT_LT(compare_versions("0.22.0", "0.22.1"), 0);
+  EXPECT_LT(compare_versions("0.5.14rc1", "0.5.14"), 0);
+  EXPECT_LT(compare_versions("0.34.0", "main"), 0);
+  EXPECT_EQ(compare_versions("0.5.23", "0.5.23"), 0);
+  EXPECT_TRUE(version_in("0.5.14", "0.5.14", ""));
+  EXPECT_FALSE(version_in("0.5.13.post1", "0.5.14", ""));
+  EXPECT_FALSE(version_in("0.32.0", "0.21.0", "0.31.0"));
+}
+
+TEST(EngineRules, EngineSpecs) {
+  auto s = parse_engine_spec("sglang");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->version, "0.5.23");
+  EXPECT_TRUE(s->prs.count("25820"));
+  auto old = parse_engine_spec("sglang@0.5.13.post1");
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE(old->prs.count("25820"));
+  EXPECT_FALSE(parse_engine_spec("sglang@0.5.99").ok());
+  EXPECT_FALSE(parse_engine_spec("tgi").ok());
+  EXPECT_EQ(parse_engine_spec("vllm")->version, "0.34.0");
+}
+
+// ---- the checkpoints of the research, as the engines see them --------------------------------
+
+json nvidia_config() {  // nvidia/DeepSeek-V4-Flash-NVFP4 config.json (the parts the rules read)
+  return {{"architectures", {"DeepseekV4ForCausalLM"}},
+          {"model_type", "deepseek_v4"},
+          {"quantization_config",
+           {{"quant_method", "fp8"},
+            {"weight_block_size", {128, 128}},
+            {"quant_algo", "MIXED_PRECISION"},
+            {"moe_quant_algo", "NVFP4"},
+            {"group_size", 16},
+            {"ignore", {"mtp.*"}}}}};
+}
+
+Facts facts_of(json config, json hf_quant, const char* dtype) {
+  Facts f;
+  f.root = {{"config", std::move(config)},
+            {"hf_quant_config", std::move(hf_quant)},
+            {"tensor", json::object()}};
+  if (dtype != nullptr) f.root["tensor"]["routed_expert_dtype"] = dtype;
+  return f;
+}
+
+Facts nvidia() { return facts_of(nvidia_config(), nullptr, "U8"); }
+Facts converted() {  // fp4moe convert before the dialect change: moe_quant_algo W4A16_NVFP4
+  json c = nvidia_config();
+  c["quantization_config"]["moe_quant_algo"] = "W4A16_NVFP4";
+  return facts_of(c, nullptr, "U8");
+}
+Facts stock() {
+  json c = {{"architectures", {"DeepseekV4ForCausalLM"}},
+            {"model_type", "deepseek_v4"},
+            {"expert_dtype", "fp4"},
+            {"quantization_config",
+             {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"scale_fmt", "ue8m0"}}}};
+  return facts_of(c, nullptr, "I8");
+}
+Facts older_rev() {  // hf_quant_config.json only
+  json c = {{"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}};
+  json h = {{"producer", {{"name", "modelopt"}}},
+            {"quantization",
+             {{"quant_algo", "MIXED_PRECISION"},
+              {"quantized_layers",
+               {{"layers.0.ffn.experts", {{"quant_algo", "NVFP4"}, {"group_size", 16}}}}}}}};
+  return facts_of(c, h, "U8");
+}
+
+ModuleGroup group(Role role, Scheme scheme, Activation act) {
+  ModuleGroup g;
+  g.role = role;
+  g.name = "g";
+  g.spec.scheme = scheme;
+  g.spec.activation = act;
+  return g;
+}
+const ModuleGroup kRoutedNvfp4 = group(Role::kRoutedExperts, Scheme::kNvfp4, Activation::kNvfp4);
+const ModuleGroup kRoutedNvfp4WeightOnly =
+    group(Role::kRoutedExperts, Scheme::kNvfp4, Activation::kNone);
+const ModuleGroup kRoutedMxfp4 = group(Role::kRoutedExperts, Scheme::kMxfp4, Activation::kNone);
+const ModuleGroup kMtpMxfp4 = group(Role::kMtpExperts, Scheme::kMxfp4, Activation::kNone);
+
+Verdict at(const char* spec, const Facts& f, const ModuleGroup& g, const char* arch = "") {
+  auto e = parse_engine_spec(spec);
+  EXPECT_TRUE(e.ok()) << spec;
+  return evaluate(*e, f, g, arch);
+}
+
+TEST(EnginePredictions, SglangNvidiaNvfp4NeedsPr25820) {
+  Verdict before = at("sglang@0.5.13.post1", nvidia(), kRoutedNvfp4);
+  EXPECT_EQ(before.conclusion.method, "Fp8MoEMethod");
+  EXPECT_EQ(before.outcome, Outcome::kWrong);
+  EXPECT_EQ(before.rule->id, "sglang.dsv4.fp4_probe_as_mxfp4");
+  for (const char* v : {"sglang@0.5.14", "sglang@0.5.23"}) {
+    Verdict after = at(v, nvidia(), kRoutedNvfp4);
+    EXPECT_EQ(after.conclusion.quant_config, "HybridFp8NvFp4Config") << v;
+    EXPECT_EQ(after.conclusion.method, "ModelOptNvFp4FusedMoEMethod") << v;
+    EXPECT_EQ(after.outcome, Outcome::kOk) << v;
+    EXPECT_EQ(at(v, nvidia(), kMtpMxfp4).conclusion.method, "Mxfp4FlashinferTrtllmMoEMethod");
+  }
+  // A backport: 0.5.13.post1 with the PR's code behaves like 0.5.14.
+  EngineAt backport = *parse_engine_spec("sglang@0.5.13.post1");
+  backport.prs.insert("25820");
+  EXPECT_EQ(evaluate(backport, nvidia(), kRoutedNvfp4, "").conclusion.method,
+            "ModelOptNvFp4FusedMoEMethod");
+}
+
+TEST(EnginePredictions, SglangNvfp4RunnerPerArchitecture) {
+  // sm_90: auto -> flashinfer_trtllm_routed, which the constructor refuses off Blackwell.
+  Verdict hopper = at("sglang@0.5.23", nvidia(), kRoutedNvfp4, "sm_90");
+  EXPECT_EQ(hopper.outcome, Outcome::kFails);
+  ASSERT_FALSE(hopper.alternatives.empty());
+  EXPECT_EQ(hopper.alternatives[0]->flags, "--moe-runner-backend marlin");
+  EXPECT_EQ(at("sglang@0.5.23", nvidia(), kRoutedNvfp4, "sm_100").backend->path, Path::kNativeFp4);
+  // sm_120: 0.5.14 keeps DeepSeek-V4's SM120 auto -> marlin; 0.5.23 takes trtllm_routed (accepted,
+  // the kernel's sm_120 support unverified: no figure, Marlin offered).
+  EXPECT_EQ(at("sglang@0.5.14", nvidia(), kRoutedNvfp4, "sm_120").backend->path, Path::kW4A16);
+  Verdict b = at("sglang@0.5.23", nvidia(), kRoutedNvfp4, "sm_120");
+  EXPECT_EQ(b.backend->path, Path::kUnknown);
+  EXPECT_FALSE(b.fixes.empty());
+}
+
+TEST(EnginePredictions, SglangAndVllmDoNotAcceptW4A16Nvfp4ForDeepseekV4) {
+  for (const char* v : {"sglang@0.5.14", "sglang@0.5.23"}) {
+    Verdict r = at(v, converted(), kRoutedNvfp4WeightOnly);
+    EXPECT_EQ(r.conclusion.method, "Fp8MoEMethod") << v;
+    EXPECT_EQ(r.conclusion.reads, "mxfp4") << v;
+    EXPECT_EQ(r.outcome, Outcome::kWrong) << v;
+  }
+  for (const char* v : {"vllm@0.21.0", "vllm@0.22.0", "vllm@0.34.0"}) {
+    Verdict r = at(v, converted(), kRoutedNvfp4WeightOnly);
+    EXPECT_EQ(r.conclusion.method, "Mxfp4MoEMethod") << v;
+    EXPECT_EQ(r.outcome, Outcome::kWrong) << v;
+  }
+}
+
+TEST(EnginePredictions, WeightOnlyNvfp4IsNeverW4A4) {
+  // moe_quant_algo NVFP4 without input_scale: the W4A4 method expects the activation scales.
+  Verdict r = at("vllm@0.22.0", nvidia(), kRoutedNvfp4WeightOnly);
+  EXPECT_EQ(r.conclusion.method, "ModelOptNvFp4FusedMoE");
+  EXPECT_EQ(r.outcome, Outcome::kWrong);
+  EXPECT_NE(r.why.find("input_scale"), std::string::npos);
+}
+
+TEST(EnginePredictions, VllmNvfp4FromPr42209AndMtpMisroute) {
+  EXPECT_EQ(at("vllm@0.21.0", nvidia(), kRoutedNvfp4).conclusion.method, "Mxfp4MoEMethod");
+  for (const char* v : {"vllm@0.22.0", "vllm@0.34.0"}) {
+    EXPECT_EQ(at(v, nvidia(), kRoutedNvfp4).conclusion.method, "ModelOptNvFp4FusedMoE") << v;
+  }
+  Verdict mtp = at("vllm@0.22.0", nvidia(), kMtpMxfp4);  // Fp8Config never reads `ignore`
+  EXPECT_EQ(mtp.conclusion.method, "ModelOptNvFp4FusedMoE");
+  EXPECT_EQ(mtp.outcome, Outcome::kWrong);
+  // 0.34.0 on CUDA: the deepseek_v41 config honours `ignore` (read, not run).
+  EXPECT_EQ(at("vllm@0.34.0", nvidia(), kMtpMxfp4).conclusion.method, "Mxfp4MoEMethod");
+}
+
+TEST(EnginePredictions, StockMxfp4) {
+  for (const char* v : {"sglang@0.5.13.post1", "sglang@0.5.14", "sglang@0.5.23"}) {
+    EXPECT_EQ(at(v, stock(), kRoutedMxfp4).conclusion.method, "Fp8MoEMethod") << v;
+    EXPECT_EQ(at(v, stock(), kRoutedMxfp4).outcome, Outcome::kOk) << v;
+  }
+  for (const char* v : {"vllm@0.21.0", "vllm@0.22.0", "vllm@0.34.0"}) {
+    EXPECT_EQ(at(v, stock(), kRoutedMxfp4).conclusion.method, "Mxfp4MoEMethod") << v;
+  }
+  // sm_120: Marlin in vLLM, flashinfer_mxfp4 in SGLang 0.5.23; no DeepGEMM for FP8 there.
+  Verdict vl = at("vllm@0.34.0", stock(), kRoutedMxfp4, "sm_120");
+  ASSERT_NE(vl.backend, nullptr);
+  EXPECT_EQ(vl.backend->path, Path::kW4A16);
+  Verdict sg = at("sglang@0.5.23", stock(), kRoutedMxfp4, "sm_120");
+  ASSERT_NE(sg.backend, nullptr);
+  EXPECT_NE(sg.backend->kernel.find("flashinfer_mxfp4"), std::string::npos);
+  EXPECT_EQ(sg.backend->builds, "Mxfp4FlashinferCutlassMoEMethod");  // verdicts.json, SM faked
+  EXPECT_EQ(at("sglang@0.5.23", stock(), kRoutedMxfp4, "sm_100").backend->builds,
+            "Mxfp4FlashinferTrtllmMoEMethod");
+  const ModuleGroup attn = group(Role::kAttention, Scheme::kFp8Block, Activation::kFp8Dynamic);
+  for (const char* e : {"sglang", "vllm"}) {
+    Verdict a = at(e, stock(), attn, "sm_120");
+    ASSERT_NE(a.backend, nullptr) << e;
+    EXPECT_EQ(a.backend->kernel.find("DeepGEMM block"), std::string::npos) << e;
+  }
+}
+
+TEST(EnginePredictions, OlderNvidiaRevision) {
+  EXPECT_EQ(at("sglang@0.5.13.post1", older_rev(), kRoutedNvfp4).conclusion.method,
+            "W4AFp8MoEMethod");
+  EXPECT_EQ(at("sglang@0.5.14", older_rev(), kRoutedNvfp4).conclusion.method, "W4AFp8MoEMethod");
+  EXPECT_EQ(at("sglang@0.5.23", older_rev(), kRoutedNvfp4).conclusion.quant_config,
+            "ModelOptMixedPrecisionConfig");
+  EXPECT_EQ(at("vllm@0.21.0", older_rev(), kRoutedNvfp4).outcome, Outcome::kFails);
+  EXPECT_EQ(at("vllm@0.22.0", older_rev(), kRoutedNvfp4).outcome, Outcome::kFails);
+  EXPECT_EQ(at("vllm@0.34.0", older_rev(), kRoutedNvfp4).conclusion.method,
+            "ModelOptNvFp4FusedMoE");
+}
+
+TEST(EnginePredictions, TrtllmProbesTheDtype) {
+  EXPECT_EQ(at("trtllm", nvidia(), kRoutedNvfp4).conclusion.reads, "nvfp4");
+  EXPECT_EQ(at("trtllm", converted(), kRoutedNvfp4WeightOnly).outcome, Outcome::kWrong);
+  EXPECT_EQ(at("trtllm", stock(), kRoutedMxfp4).conclusion.reads, "mxfp4");
+  EXPECT_EQ(at("trtllm", facts_of(nvidia_config(), nullptr, nullptr), kRoutedNvfp4).outcome,
+            Outcome::kUnknown);  // configs only: the probe cannot run
+}
+
+// detect/ and check/ name engines only through rule ids that exist.
+TEST(EngineRules, RuleIdsCitedInDetectAndCheckExist) {
+  const std::filesystem::path src =
+      std::filesystem::path(FP4MOE_TEST_DATA_DIR) / ".." / ".." / "src";
+  const std::regex cite(R"(rule ((sglang|vllm|trtllm|format)\.[a-z0-9_.]+[a-z0-9]))");
+  int cited = 0;
+  for (const char* dir : {"detect", "check"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(src / dir)) {
+      std::ifstream in(entry.path());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const std::string text = ss.str();
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), cite);
+           it != std::sregex_iterator(); ++it) {
+        ++cited;
+        EXPECT_NE(find_rule((*it)[1].str()), nullptr)
+            << entry.path() << " cites unknown rule " << (*it)[1].str();
+      }
+    }
+  }
+  EXPECT_GT(cited, 0);
+}
+
+TEST(EngineRules, ContractMarkdownNamesEveryRule) {
+  const std::string md = contract_markdown();
+  for (const auto& e : all_engines()) {
+    for (const auto& r : e.rules) EXPECT_NE(md.find("`" + r.id + "`"), std::string::npos) << r.id;
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe::engines
