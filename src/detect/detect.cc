@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "detect/arch.h"
 #include "detect/claims.h"
@@ -344,24 +346,51 @@ Result<Manifest> detect(const DetectInput& in) {
     for (const auto& m : modules) {
       if (representative(m.name)) reps.push_back(&m);
     }
+    // A per-expert bare name ("...experts.17.w1") is judged as the expert-0 name that stands for
+    // every expert among the representatives, so its exactness and its hits are those of the
+    // module it names. Lists of real checkpoints repeat one name per expert (tens of thousands of
+    // entries, a few hundred distinct after this step): each distinct name is matched once.
+    struct PatternEval {
+      const Module* first_hit = nullptr;
+      const Module* extra = nullptr;  // a module it is a substring of, without matching it
+      bool exact_any = false;
+      std::vector<const Module*> hits;
+    };
+    std::unordered_map<std::string, PatternEval> evals;
+    const auto evaluate = [&](const Pattern& p) -> const PatternEval& {
+      const bool name = p.kind() == Pattern::Kind::kName;
+      std::string key = name ? expert_zero(p.text()) : p.text();
+      key.insert(0, 1, static_cast<char>('0' + static_cast<int>(p.kind())));
+      auto [it, fresh] = evals.try_emplace(std::move(key));
+      if (!fresh) return it->second;
+      PatternEval& e = it->second;
+      std::optional<Pattern> zero;
+      if (name && it->first.compare(1, std::string::npos, p.text()) != 0) {
+        auto parsed = Pattern::parse(it->first.substr(1), "expert 0 of " + p.text());
+        if (parsed.ok()) zero = std::move(*parsed);
+      }
+      const Pattern& q = zero ? *zero : p;
+      for (const Module* m : reps) {
+        const bool hit = zero ? q.matches(m->name) : matches_rep(p, m->name);
+        if (hit) {
+          e.hits.push_back(m);
+          if (!e.first_hit) e.first_hit = m;
+        }
+        if (name) {
+          e.exact_any = e.exact_any || q.matches_exact(m->name);
+          if (!hit && !e.extra && q.matches_substring(m->name)) e.extra = m;
+        }
+      }
+      return e;
+    };
     // Aggregated: one finding per kind of semantic difference, with a count and an example.
     std::vector<std::string> unmatched, component_only, substring_extra, digit_star;
     for (const auto& p : claims.primary.excludes.patterns()) {
-      const Module* first_hit = nullptr;
-      const Module* extra = nullptr;
-      bool exact_any = false;
-      std::vector<const Module*> hits;
-      for (const Module* m : reps) {
-        const bool hit = matches_rep(p, m->name);
-        if (hit) {
-          hits.push_back(m);
-          if (!first_hit) first_hit = m;
-        }
-        if (p.kind() == Pattern::Kind::kName) {
-          exact_any = exact_any || p.matches_exact(m->name);
-          if (!hit && !extra && p.matches_substring(m->name)) extra = m;
-        }
-      }
+      const PatternEval& e = evaluate(p);
+      const Module* first_hit = e.first_hit;
+      const Module* extra = e.extra;
+      const bool exact_any = e.exact_any;
+      const std::vector<const Module*>& hits = e.hits;
       if (!first_hit) unmatched.push_back("'" + p.text() + "'");
       if (p.kind() == Pattern::Kind::kName && first_hit && !exact_any) {
         component_only.push_back("'" + p.text() + "' -> " + first_hit->name);
@@ -420,14 +449,7 @@ Result<Manifest> detect(const DetectInput& in) {
     for (const auto& r : claims.primary.rules) {
       if (r.linear_class) continue;
       ++rules_total;
-      bool any = false;
-      for (const Module* m : reps) {
-        if (matches_rep(r.pattern, m->name)) {
-          any = true;
-          break;
-        }
-      }
-      if (!any) rules_unmatched.push_back("'" + r.pattern.text() + "'");
+      if (!evaluate(r.pattern).first_hit) rules_unmatched.push_back("'" + r.pattern.text() + "'");
     }
     if (!rules_unmatched.empty()) {
       // None matching means the declared formats apply to nothing: a naming mismatch.
