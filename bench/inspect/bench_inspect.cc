@@ -129,8 +129,7 @@ class HugeConfigs {
                                  {"vocab_size", 151936},
                                  {"torch_dtype", "bfloat16"}};
     const auto expert = [](int l, int e, const char* proj) {
-      return "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + "." +
-             proj;
+      return "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + "." + proj;
     };
     nlohmann::json layers = nlohmann::json::object(), exclude = nlohmann::json::array();
     for (int l = 0; l < kLayers; ++l) {
@@ -154,21 +153,23 @@ class HugeConfigs {
              {"quantized_layers", layers},
              {"exclude_modules", exclude}}}});
     nlohmann::json ignore = {"lm_head"};
-    for (int l = 0; l < kLayers; ++l) ignore.push_back("re:.*layers\\." + std::to_string(l) + "\\.mlp\\.gate$");
+    for (int l = 0; l < kLayers; ++l)
+      ignore.push_back("re:.*layers\\." + std::to_string(l) + "\\.mlp\\.gate$");
     for (int l = 0; l < kQuantizedLayers; ++l) {
       for (int e = 0; e < kExperts; ++e) {
-        for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) ignore.push_back(expert(l, e, proj));
+        for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+          ignore.push_back(expert(l, e, proj));
       }
     }
     nlohmann::json ct = base;
-    const nlohmann::json fp4 = {{"num_bits", 4},       {"type", "float"},     {"strategy", "tensor_group"},
-                                {"group_size", 16},    {"symmetric", true},   {"dynamic", false}};
+    const nlohmann::json fp4 = {
+        {"num_bits", 4},    {"type", "float"},   {"strategy", "tensor_group"},
+        {"group_size", 16}, {"symmetric", true}, {"dynamic", false}};
     ct["quantization_config"] = {
         {"quant_method", "compressed-tensors"},
         {"format", "nvfp4-pack-quantized"},
         {"config_groups",
-         {{"group_0",
-           {{"targets", {"Linear"}}, {"weights", fp4}, {"input_activations", fp4}}}}},
+         {{"group_0", {{"targets", {"Linear"}}, {"weights", fp4}, {"input_activations", fp4}}}}},
         {"ignore", ignore}};
     write(ct_ / "config.json", ct);
   }

@@ -223,9 +223,10 @@ std::string weight_only_nvfp4_flags() {
       if (b.path != engines::Path::kW4A16 || b.flags.empty() || !nvfp4_methods.count(b.method)) {
         continue;
       }
-      out += fmt::format("  {} {}{}: {} ({}) [{}]\n", engine.name, b.first.empty() ? "" : ">= ",
-                         b.first.empty() ? std::string("main") : b.first, b.flags, b.method,
-                         b.source.cite());
+      out +=
+          fmt::format("  {} {}{}: {} ({}) [{}]\n", engine.name,
+                      b.first.empty() ? "" : ">= ", b.first.empty() ? std::string("main") : b.first,
+                      b.flags, b.method, b.source.cite());
     }
   }
   return out;
@@ -261,9 +262,8 @@ int run_convert(const ConvertArgs& args) {
   handle_stale_partials(args.destination, args.clean_partial);
   // SRC: a directory or a Hugging Face repo id (cli_common.h).
   auto source = checkpoint::resolve_checkpoint(args.source, args.revision);
-  auto result = source.ok()
-                    ? convert::convert_checkpoint(source->path, args.destination, options)
-                    : Result<convert::ConvertSummary>(source.error());
+  auto result = source.ok() ? convert::convert_checkpoint(source->path, args.destination, options)
+                            : Result<convert::ConvertSummary>(source.error());
   if (!result.ok()) {
     if (args.json) fmt::print("{}\n", error_json(result.error()).dump(2));
     say(fmt::format("fp4moe convert: {}\n", result.error().message));
@@ -357,9 +357,8 @@ const CommandRegistrar kConvert{
     {"convert", "Convert a checkpoint's modules to NVFP4 (MXFP4 losslessly) or to MXFP4",
      [](CLI::App& app) {
        app.footer(
-           "Exit status: 0 converted, 1 the conversion failed (I/O error, output check), 2 bad "
-           "input or usage, 130/143 interrupted (SIGINT/SIGTERM; partial output removed, the "
-           "destination left as it was).");
+           "Interrupted (130/143), the partial output is removed and the destination left as it "
+           "was.");
        auto args = std::make_shared<ConvertArgs>();
        app.add_option("SRC", args->source,
                       "source checkpoint directory (never modified), or a Hugging Face repo id "

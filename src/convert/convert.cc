@@ -92,7 +92,7 @@ struct Module {
   std::vector<uint8_t> packed, block_scales;  // output, alive until written
   float tensor_scale = 1.0f;
   float input_scale = 1.0f;  // NVFP4 W4A4 output: activation amax / (6 * 448)
-  bool hole = false;  // the source is file holes (all zeros): outputs written as holes
+  bool hole = false;         // the source is file holes (all zeros): outputs written as holes
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -327,9 +327,9 @@ Status convert_group(const CheckpointDir& dir, std::vector<Module*>& members, Ta
 }
 
 std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const CheckpointDir& dir,
-                                                                 const std::vector<Module>& modules,
-                                                                 Nvfp4Dialect dialect,
-                                                                 bool calibrated) {
+                                                                const std::vector<Module>& modules,
+                                                                Nvfp4Dialect dialect,
+                                                                bool calibrated) {
   const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
   const std::string algo(dialect_name(dialect));
   nlohmann::json layers = nlohmann::json::object();
@@ -369,10 +369,11 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const Checkpoint
       {"group_0",
        {{"targets", {"Linear"}},
         {"weights", {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}}},
-        {"input_activations",
-         w4a4 ? nlohmann::json{{"num_bits", 4}, {"type", "float"}, {"group_size", 16},
-                               {"dynamic", false}}
-              : nlohmann::json(nullptr)}}}};
+        {"input_activations", w4a4 ? nlohmann::json{{"num_bits", 4},
+                                                    {"type", "float"},
+                                                    {"group_size", 16},
+                                                    {"dynamic", false}}
+                                   : nlohmann::json(nullptr)}}}};
   // NVIDIA's exclusions for DeepSeek-V4, less any the user chose to convert with --modules.
   nlohmann::json ignore = nlohmann::json::array();
   if (deepseek_v4) {
@@ -465,8 +466,9 @@ Result<std::vector<ActivationAmax>> read_activation_amax(const fs::path& file) {
   if (!json.ok()) return json.error();
   const std::string where = file.string() + ": ";
   if (!json->is_object() || json->value("format", "") != "fp4moe.activation_amax.v1") {
-    return Error{where + "not an activation amax file (expected an object with \"format\": "
-                         "\"fp4moe.activation_amax.v1\")"};
+    return Error{where +
+                 "not an activation amax file (expected an object with \"format\": "
+                 "\"fp4moe.activation_amax.v1\")"};
   }
   const auto entries = json->find("amax");
   if (entries == json->end() || !entries->is_array() || entries->empty()) {
@@ -590,8 +592,9 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
     return Error{"--activation-amax applies to NVFP4 output only (--to nvfp4)"};
   }
   if (to_nvfp4 && !w4a4 && !options.activation_amax.empty()) {
-    return Error{"--activation-amax gives input scales, which the weight-only dialect "
-                 "W4A16_NVFP4 does not have; drop it or write the NVFP4 dialect"};
+    return Error{
+        "--activation-amax gives input scales, which the weight-only dialect "
+        "W4A16_NVFP4 does not have; drop it or write the NVFP4 dialect"};
   }
   if (w4a4) FP4MOE_RETURN_IF_ERROR(assign_input_scales(options.activation_amax, modules, summary));
   checkpoint::WriterOptions writer_options;
@@ -601,8 +604,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   writer_options.cancel = options.cancel;
   writer_options.on_remove_progress = options.on_remove_progress;
   if (to_nvfp4) {
-    std::tie(summary.config, summary.hf_quant_config) = rewrite_nvfp4_configs(
-        *dir, modules, options.dialect, !options.activation_amax.empty());
+    std::tie(summary.config, summary.hf_quant_config) =
+        rewrite_nvfp4_configs(*dir, modules, options.dialect, !options.activation_amax.empty());
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
   } else {
     auto config = rewrite_mxfp4_config(*dir, modules);
@@ -702,8 +705,8 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
         FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale_2",
                                              std::as_bytes(std::span(&m.tensor_scale, 1))));
         if (w4a4) {
-          FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".input_scale",
-                                               std::as_bytes(std::span(&m.input_scale, 1))));
+          FP4MOE_RETURN_IF_ERROR(
+              writer->write(m.name + ".input_scale", std::as_bytes(std::span(&m.input_scale, 1))));
         }
       }
       summary.bytes_written +=

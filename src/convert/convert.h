@@ -89,8 +89,8 @@ struct ConvertSummary {
   double max_quantize_rel_error = 0;  // worst ||dequant(q) - w|| / ||w|| of a quantized module
   size_t tensors_copied = 0;
   Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;  // NVFP4 output only
-  size_t input_scales_calibrated = 0;  // kW4A4: modules whose input_scale came from a file
-  size_t input_scales_default = 0;     // kW4A4: modules given kDefaultActivationAmax
+  size_t input_scales_calibrated = 0;          // kW4A4: modules whose input_scale came from a file
+  size_t input_scales_default = 0;             // kW4A4: modules given kDefaultActivationAmax
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double seconds = 0.0;
