@@ -1,0 +1,131 @@
+// bench_peaks: this machine's DRAM read bandwidth, FP32 FMA peak and int8 dot-product peak with
+// all threads of the pool, measured now, for the peer benchmark's ratios (bench/peers/peers.py).
+//   bench_peaks [--json] [--min-gib G] [--seconds S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "dispatch/cpu_features.h"
+#include "dispatch/measure.h"
+#include "peaks.h"
+
+namespace fp4moe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Peak {
+  std::string name;  // the instruction and vector width measured
+  double gops = 0;   // 1e9 operations per second, all threads (a multiply-add counts 2)
+};
+
+// Every thread runs `loop` for the same number of iterations; the best of 3 wall-clock rounds of
+// about `seconds` / 3 each. Iterations are calibrated on one thread first.
+template <class Loop>
+Peak measure_peak(const char* name, double ops_per_iter, Loop loop, double seconds,
+                  ThreadPool& pool) {
+  int64_t iters = 1 << 16;
+  for (;;) {
+    const auto t0 = Clock::now();
+    volatile auto sink = loop(iters);
+    (void)sink;
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s > 0.02) {
+      iters = static_cast<int64_t>(static_cast<double>(iters) * (seconds / 3) / s) + 1;
+      break;
+    }
+    iters *= 4;
+  }
+  const int threads = pool.size();
+  std::vector<double> sink(threads);
+  Peak p{name, 0};
+  for (int round = 0; round < 3; ++round) {
+    const auto t0 = Clock::now();
+    pool.run(threads, [&](int64_t task, int) { sink[task] = static_cast<double>(loop(iters)); });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.gops = std::max(p.gops, ops_per_iter * static_cast<double>(iters) * threads / s / 1e9);
+  }
+  return p;
+}
+
+int run(int argc, char** argv) {
+  bool json = false;
+  double min_gib = 1.0, seconds = 0.6;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--min-gib") == 0 && i + 1 < argc) {
+      min_gib = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_peaks [--json] [--min-gib G] [--seconds S]\n");
+      return 2;
+    }
+  }
+  ThreadPool& pool = ThreadPool::global();
+  const auto& cpu = dispatch::cpu_features();
+  const size_t bytes = static_cast<size_t>(min_gib * double(size_t{1} << 30));
+  const double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, bytes);
+
+  std::vector<Peak> fma, int8;
+  const bool avx2 = cpu.avx2 && cpu.fma && cpu.os_ymm;
+  const bool avx512 = cpu.avx512f && cpu.avx512bw && cpu.os_zmm;
+  if (avx2) {
+    fma.push_back(measure_peak("vfmadd231ps ymm", kFmaAvx2OpsPerIter, fma_f32_avx2, seconds, pool));
+    int8.push_back(
+        measure_peak("vpmaddubsw ymm", kMaddubsAvx2OpsPerIter, maddubs_i8_avx2, seconds, pool));
+  }
+  if (avx512) {
+    fma.push_back(
+        measure_peak("vfmadd231ps zmm", kFmaAvx512OpsPerIter, fma_f32_avx512, seconds, pool));
+  }
+  if (avx512 && cpu.avx512vnni) {
+    int8.push_back(
+        measure_peak("vpdpbusd zmm", kDpbusdAvx512OpsPerIter, dpbusd_i8_avx512, seconds, pool));
+  }
+  auto best = [](const std::vector<Peak>& v) {
+    Peak b{"none", 0};
+    for (const Peak& p : v) {
+      if (p.gops > b.gops) b = p;
+    }
+    return b;
+  };
+  const Peak fma_best = best(fma), int8_best = best(int8);
+  if (json) {
+    auto list = [](const std::vector<Peak>& v) {
+      std::string s = "{";
+      for (size_t i = 0; i < v.size(); ++i) {
+        char buf[128];
+        std::snprintf(buf, sizeof(buf), "%s\"%s\": %.2f", i ? ", " : "", v[i].name.c_str(),
+                      v[i].gops);
+        s += buf;
+      }
+      return s + "}";
+    };
+    std::printf(
+        "{\"threads\": %d, \"cpu\": \"%s\", \"bandwidth_gbps\": %.3f, \"fp32_fma_gflops\": %.2f, "
+        "\"fp32_fma_instr\": \"%s\", \"int8_gops\": %.2f, \"int8_instr\": \"%s\", "
+        "\"fp32_fma_all\": %s, \"int8_all\": %s}\n",
+        pool.size(), cpu.summary().c_str(), bandwidth, fma_best.gops, fma_best.name.c_str(),
+        int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str());
+  } else {
+    std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
+    std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer)\n", bandwidth, min_gib);
+    for (const Peak& p : fma)
+      std::printf("FP32 FMA peak  %-16s %8.1f GFLOP/s\n", p.name.c_str(), p.gops);
+    for (const Peak& p : int8)
+      std::printf("int8 dot peak  %-16s %8.1f GOP/s\n", p.name.c_str(), p.gops);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp4moe::bench
+
+int main(int argc, char** argv) { return fp4moe::bench::run(argc, argv); }
