@@ -95,6 +95,10 @@ struct ModuleStats {
   double rms = -1.0;                // of the sampled dequantized weights; < 0 when not sampled
   int64_t never_written = 0;        // tensors of the module that are file holes
   uint64_t scale_bytes = 0, weight_bytes = 0;
+  // NVFP4 activation scales read (finite, > 0), and how many are exactly 1.0: the placeholder
+  // input_scale_default looks for (an input_global_scale of 1.0 is the same amax).
+  int64_t nvfp4_input_scales = 0, nvfp4_input_scales_one = 0;
+  std::string input_scale_name;
   Sink sink;
 };
 
@@ -501,6 +505,12 @@ class ModuleChecker {
     } else if (!is_input) {
       st.tensor_scale = divisor ? 1.0 / *v : *v;
       st.tensor_scale_name = t.info->name;
+    } else if (st.scheme == Scheme::kNvfp4) {
+      ++st.nvfp4_input_scales;
+      if (*v == 1.0f) {
+        ++st.nvfp4_input_scales_one;
+        st.input_scale_name = t.info->name;
+      }
     }
   }
 
@@ -1122,6 +1132,23 @@ Result<CheckReport> check_checkpoint(const fs::path& dir, const CheckOptions& op
       ++report.tensors_never_written;
       sink.add("all_zero_tensor", 1, {name, -1, -1, "a file hole: never written"});
     }
+  }
+  // Every NVFP4 activation scale exactly 1.0 is a placeholder, not a calibration.
+  int64_t input_scales = 0, input_scales_one = 0;
+  std::string input_scale_example;
+  for (const auto& s : stats) {
+    input_scales += s.nvfp4_input_scales;
+    input_scales_one += s.nvfp4_input_scales_one;
+    if (input_scale_example.empty() ||
+        (!s.input_scale_name.empty() && s.input_scale_name < input_scale_example)) {
+      input_scale_example = s.input_scale_name;
+    }
+  }
+  if (input_scales > 0 && input_scales_one == input_scales) {
+    sink.add(
+        "input_scale_default", input_scales,
+        {input_scale_example, -1, -1,
+         fmt::format("all {} NVFP4 input scales are 1.0 (activation amax 6 * 448)", input_scales)});
   }
   for (auto& s : stats) {
     report.scale_bytes_read += s.scale_bytes;

@@ -105,6 +105,18 @@ const std::vector<FindingInfo>& finding_table() {
        "modules held in NVFP4 whose config claim has NVFP4 activations (quant_algo NVFP4, a "
        "compressed-tensors group with 4-bit float input_activations) and no input_scale / "
        "input_global_scale tensor; and any NVFP4 input scale that is NaN or infinite"},
+      {"input_scale_default", S::kWarning,
+       "every NVFP4 module's activation scale (input_scale / input_global_scale) is exactly 1.0: "
+       "a placeholder (activation amax 6 * 448 = 2688), not a calibration; `fp4moe convert` "
+       "writes it when no --activation-amax is given",
+       "weight-only NVFP4 MoE kernels never read it (engine backends sglang.moe.nvfp4.marlin, "
+       "vllm.moe.nvfp4.marlin: --moe-runner-backend marlin, --moe-backend marlin); W4A4 kernels "
+       "(the sm_100 defaults) quantize activations with it: values above 2688 clip and block "
+       "maxima below about 0.1 lose precision",
+       "calibrate and write input_scale = activation amax / (6 * 448) (fp4moe convert "
+       "--activation-amax FILE), or serve with a weight-only MoE backend",
+       "every input scale of every module held in NVFP4 is read; reported when there is at least "
+       "one and all are exactly 1.0 (count = input scales; the example is one of them)"},
       {"exclude_matches_nothing", S::kWarning,
        "an exclusion pattern of the config (ignore, exclude_modules, modules_to_not_convert) "
        "matches no module of the checkpoint",

@@ -599,6 +599,15 @@ def inj_input_scale_zero(ck):
     return name, None, None
 
 
+def inj_input_scale_all_one(ck):
+    """Every NVFP4 activation scale set to 1.0: the placeholder an uncalibrated export writes."""
+    names = sorted(n for n in ck.tensors if n.endswith(".input_scale"))
+    assert len(names) > 1
+    for n in names:
+        ck.tensors[n] = np.array(1.0, F32)
+    return names[0], None, None
+
+
 def inj_scale_inv_zero(ck):
     name = "model.layers.0.mlp.experts.1.gate_proj.weight_scale_inv"
     set_value(ck, name, (1, 2), 0.0)
@@ -829,6 +838,7 @@ CASES = [
     ("block_scale_nonpositive", "modelopt-qwen3", inj_e4m3_negative, ()),
     ("global_scale_convention", "modelopt-qwen3", inj_modelopt_reciprocal, ()),
     ("global_scale_convention", "ct-nvfp4", inj_ct_multiplier, ()),
+    ("input_scale_default", "modelopt-qwen3", inj_input_scale_all_one, ()),
     ("w4a4_without_input_scale", "modelopt-qwen3", inj_drop_input_scale, ()),
     ("w4a4_without_input_scale", "ct-nvfp4", inj_drop_input_global_scale, ()),
     ("w4a4_without_input_scale", "modelopt-dsv3", inj_input_scale_nan, ()),

@@ -165,6 +165,13 @@ def test_convert_dialects_and_activation_amax(tmp_path, rng):
     assert "UNCALIBRATED" not in qc["producer"]["note"]
     manifest = json.loads(run("inspect", tmp_path / "cal", "--json").stdout)
     assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
+    # `fp4moe check` tells the uncalibrated default from a calibration, by the values alone.
+    report = json.loads(run("check", tmp_path / "cal", "--json").stdout)
+    assert "input_scale_default" not in [f["id"] for f in report["findings"]], report["findings"]
+    run("convert", src, tmp_path / "default")
+    report = json.loads(run("check", tmp_path / "default", "--json").stdout)
+    found = [f for f in report["findings"] if f["id"] == "input_scale_default"]
+    assert found and found[0]["count"] == 12 and found[0]["severity"] == "warning", report["findings"]
 
     # Bad calibration input: exit 2, the file and the reason named, nothing written.
     def bad(name, content, *extra, says):
