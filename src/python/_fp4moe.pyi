@@ -466,16 +466,29 @@ class ConvertSummary:
     def seconds(self) -> float: ...
 
     @property
+    def dialect(self) -> str: ...
+
+    @property
+    def input_scales_calibrated(self) -> int: ...
+
+    @property
+    def input_scales_default(self) -> int: ...
+
+    @property
     def config(self) -> object: ...
 
     @property
     def hf_quant_config(self) -> object: ...
 
-def convert(source: str, destination: str, to: str = 'nvfp4', modules: Sequence[str] | None = None, force: bool = False, allow_findings: Sequence[str] = [], max_shard_bytes: int = 5000000000, progress: Callable | None = None) -> ConvertSummary:
+def convert(source: str, destination: str, to: str = 'nvfp4', modules: Sequence[str] | None = None, force: bool = False, allow_findings: Sequence[str] = [], max_shard_bytes: int = 5000000000, progress: Callable | None = None, dialect: str = 'nvfp4', activation_amax: str | None = None) -> ConvertSummary:
     """
     Converts the modules matching the globs `modules` (default: the routed experts) of
     `source` to `to` ('nvfp4' losslessly from MXFP4, or by ModelOpt's recipe; 'mxfp4') into
     `destination`. progress(bytes_done, bytes_total, tensors_done, tensors_total) after each
     source tensor. Ctrl-C (KeyboardInterrupt) or an exception from progress stops it and
-    leaves the destination as it was.
+    leaves the destination as it was. dialect: 'nvfp4' (ModelOpt NVFP4 with input_scale,
+    what the DeepSeek-V4 paths of SGLang >= 0.5.14 and vLLM >= 0.22 route to NVFP4) or
+    'w4a16_nvfp4' (weight-only); activation_amax: the path of a calibration file
+    (docs/CONVERT.md) for input_scale, else a default that check reports as
+    input_scale_default.
     """

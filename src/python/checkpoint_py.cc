@@ -89,7 +89,9 @@ convert::ConvertSummary run_convert(const std::string& source, const std::string
                                     const std::optional<std::vector<std::string>>& modules,
                                     bool force, const std::vector<std::string>& allow_findings,
                                     uint64_t max_shard_bytes,
-                                    const std::optional<nb::callable>& progress) {
+                                    const std::optional<nb::callable>& progress,
+                                    const std::string& dialect,
+                                    const std::optional<std::string>& activation_amax) {
   Interruptible interruptible;
   convert::ConvertOptions options;
   if (to == "nvfp4") {
@@ -98,6 +100,16 @@ convert::ConvertSummary run_convert(const std::string& source, const std::string
     options.to = convert::TargetFormat::kMxfp4;
   } else {
     raise_bad_input("argument 'to': '" + to + "', expected 'nvfp4' or 'mxfp4'");
+  }
+  if (dialect == "nvfp4") {
+    options.dialect = convert::Nvfp4Dialect::kW4A4;
+  } else if (dialect == "w4a16_nvfp4") {
+    options.dialect = convert::Nvfp4Dialect::kW4A16;
+  } else {
+    raise_bad_input("argument 'dialect': '" + dialect + "', expected 'nvfp4' or 'w4a16_nvfp4'");
+  }
+  if (activation_amax.has_value()) {
+    options.activation_amax = unwrap(convert::read_activation_amax(*activation_amax));
   }
   if (modules.has_value()) options.module_patterns = *modules;
   options.force = force;
@@ -303,6 +315,12 @@ void register_checkpoint(nb::module_& m) {
       .def_ro("bytes_read", &convert::ConvertSummary::bytes_read)
       .def_ro("bytes_written", &convert::ConvertSummary::bytes_written)
       .def_ro("seconds", &convert::ConvertSummary::seconds)
+      .def_prop_ro("dialect",
+                   [](const convert::ConvertSummary& s) {
+                     return std::string(convert::dialect_name(s.dialect));
+                   })
+      .def_ro("input_scales_calibrated", &convert::ConvertSummary::input_scales_calibrated)
+      .def_ro("input_scales_default", &convert::ConvertSummary::input_scales_default)
       .def_prop_ro("config",
                    [](const convert::ConvertSummary& s) { return json_to_python(s.config.dump()); })
       .def_prop_ro("hf_quant_config", [](const convert::ConvertSummary& s) {
@@ -313,11 +331,16 @@ void register_checkpoint(nb::module_& m) {
         arg("modules") = nb::none(), arg("force") = false,
         arg("allow_findings") = std::vector<std::string>{},
         arg("max_shard_bytes") = uint64_t{5'000'000'000}, arg("progress") = nb::none(),
+        arg("dialect") = "nvfp4", arg("activation_amax") = nb::none(),
         "Converts the modules matching the globs `modules` (default: the routed experts) of\n"
         "`source` to `to` ('nvfp4' losslessly from MXFP4, or by ModelOpt's recipe; 'mxfp4') into\n"
         "`destination`. progress(bytes_done, bytes_total, tensors_done, tensors_total) after each\n"
         "source tensor. Ctrl-C (KeyboardInterrupt) or an exception from progress stops it and\n"
-        "leaves the destination as it was.");
+        "leaves the destination as it was. dialect: 'nvfp4' (ModelOpt NVFP4 with input_scale,\n"
+        "what the DeepSeek-V4 paths of SGLang >= 0.5.14 and vLLM >= 0.22 route to NVFP4) or\n"
+        "'w4a16_nvfp4' (weight-only); activation_amax: the path of a calibration file\n"
+        "(docs/CONVERT.md) for input_scale, else a default that check reports as\n"
+        "input_scale_default.");
 }
 
 }  // namespace fp4moe::python

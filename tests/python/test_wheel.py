@@ -249,6 +249,21 @@ def test_convert_progress_and_ctrl_c_leave_no_output(rng, tmp_path):
     assert summary.modules_transcoded > 0 and summary.transcode["blocks_requantized"] == 0
     assert calls and calls[-1][0] == calls[-1][1] and calls[-1][2] == calls[-1][3]
     assert fp4moe.inspect(str(tmp_path / "whole")).summary["routed_experts"] == "nvfp4"
+    assert summary.dialect == "NVFP4" and summary.input_scales_default == summary.modules_converted
+    # The weight-only dialect and a calibration file reach the library; a bad one names itself.
+    weight_only = fp4moe.convert(str(src), str(tmp_path / "w4a16"), dialect="w4a16_nvfp4")
+    assert weight_only.dialect == "W4A16_NVFP4" and weight_only.input_scales_default == 0
+    amax = tmp_path / "amax.json"
+    amax.write_text(json.dumps({"format": "fp4moe.activation_amax.v1",
+                                "amax": [{"modules": "*", "amax": 12.0}]}))
+    calibrated = fp4moe.convert(str(src), str(tmp_path / "cal"), activation_amax=str(amax))
+    assert calibrated.input_scales_calibrated == calibrated.modules_converted
+    with pytest.raises(fp4moe.Fp4moeError, match="dialect"):
+        fp4moe.convert(str(src), str(tmp_path / "bad"), dialect="int4")
+    amax.write_text("{")
+    with pytest.raises(fp4moe.Fp4moeError, match="amax.json"):
+        fp4moe.convert(str(src), str(tmp_path / "bad"), activation_amax=str(amax))
+    assert not (tmp_path / "bad").exists()
 
     # Deterministic: the first progress call sends SIGINT to this process and waits until
     # Python's handler has run (on the main thread, which the binding wakes every 50 ms).
@@ -270,7 +285,8 @@ def test_convert_progress_and_ctrl_c_leave_no_output(rng, tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert not (tmp_path / "dst").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "whole"], "partial output left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["amax.json", "cal", "src", "w4a16", "whole"], \
+        "partial output left"
 
 
 def test_check_and_plan(tmp_path):
