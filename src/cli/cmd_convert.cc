@@ -83,7 +83,7 @@ class InterruptScope {
 
 struct ConvertArgs {
   std::string source, destination, to = "nvfp4", revision, dialect = "nvfp4", activation_amax;
-  std::vector<std::string> modules, allow_findings;
+  std::vector<std::string> modules, allow_findings, engines;
   bool force = false, json = false, clean_partial = false;
   double max_shard_gb = 5.0;
 };
@@ -232,6 +232,34 @@ std::string weight_only_nvfp4_flags() {
   return out;
 }
 
+// `--engine`: the engine rules must route the output's experts right at each named engine version
+// before the output is renamed into place. Returns the one-line conclusions for the report.
+Status check_engines(const std::vector<engines::EngineAt>& targets,
+                     const std::filesystem::path& dir, const detect::InspectedDirectory& inspected,
+                     std::vector<std::string>& lines) {
+  const engines::Facts facts = engines::make_facts(inspected, dir);
+  std::vector<std::string> out;
+  for (const auto& at : targets) {
+    for (const auto& g : inspected.manifest.modules) {
+      if (g.role != detect::Role::kRoutedExperts && g.role != detect::Role::kMtpExperts) continue;
+      const engines::Verdict v = engines::evaluate(at, facts, g, "");
+      const std::string rule = v.rule != nullptr ? " [rule " + v.rule->id + "]" : "";
+      if (v.outcome == engines::Outcome::kWrong || v.outcome == engines::Outcome::kFails) {
+        std::string fixes;
+        for (const auto& f : v.fixes) fixes += "; fix: " + f;
+        return Error{fmt::format("--engine {}: {} {} would be run wrong: {}{}{}", at.label(),
+                                 detect::to_string(g.role), g.name, v.why, rule, fixes),
+                     ErrorKind::kFailed};
+      }
+      out.push_back(fmt::format("{}: {} {} -> {} / {} ({}){}", at.label(),
+                                detect::to_string(g.role), g.name, v.conclusion.quant_config,
+                                v.conclusion.method, engines::outcome_name(v.outcome), rule));
+    }
+  }
+  lines = std::move(out);
+  return Status::Ok();
+}
+
 int run_convert(const ConvertArgs& args) {
   convert::ConvertOptions options;
   options.to = args.to == "mxfp4" ? convert::TargetFormat::kMxfp4 : convert::TargetFormat::kNvfp4;
@@ -245,6 +273,23 @@ int run_convert(const ConvertArgs& args) {
       return exit_status(amax.error());
     }
     options.activation_amax = std::move(*amax);
+  }
+  std::vector<engines::EngineAt> targets;
+  for (const auto& spec : args.engines) {
+    auto at = engines::parse_engine_spec(spec);
+    if (!at.ok()) {
+      if (args.json) fmt::print("{}\n", error_json(at.error()).dump(2));
+      say(fmt::format("fp4moe convert: --engine {}: {}\n", spec, at.error().message));
+      return 2;
+    }
+    targets.push_back(*at);
+  }
+  std::vector<std::string> engine_lines;
+  if (!targets.empty()) {
+    options.check_output = [&](const std::filesystem::path& staged,
+                               const detect::InspectedDirectory& inspected) {
+      return check_engines(targets, staged, inspected, engine_lines);
+    };
   }
   if (!args.modules.empty()) options.module_patterns = args.modules;
   options.force = args.force;
@@ -282,6 +327,7 @@ int run_convert(const ConvertArgs& args) {
         {"to", args.to},
         {"dialect", args.to == "nvfp4" ? nlohmann::json(convert::dialect_name(s.dialect))
                                        : nlohmann::json(nullptr)},
+        {"engine_rules", engine_lines},
         {"input_scales",
          {{"calibrated", s.input_scales_calibrated},
           {"uncalibrated_default", s.input_scales_default},
@@ -328,6 +374,7 @@ int run_convert(const ConvertArgs& args) {
         s.max_quantize_rel_error,
         args.to == "nvfp4" ? "NVIDIA ModelOpt NVFP4 recipe" : "OCP MXFP4, floor scales");
   }
+  for (const auto& line : engine_lines) fmt::print("engine rules: {}\n", line);
   if (args.to != "nvfp4") {
     fmt::print("wrote {} (config.json: expert_dtype fp4, DeepSeek-V4 stock layout)\n",
                args.destination);
@@ -377,6 +424,12 @@ const CommandRegistrar kConvert{
        app.add_option("--activation-amax", args->activation_amax,
                       "calibrated activation maxima per module glob (JSON, docs/CONVERT.md) for "
                       "the input_scale of the nvfp4 dialect; without it a flagged default is used");
+       app.add_option("--engine", args->engines,
+                      "sglang[@VERSION], vllm[@VERSION], trtllm (repeatable): before the output is "
+                      "renamed into place, the engine rules (docs/ENGINES.md) must route its "
+                      "routed and MTP experts right at that version, else nothing is written "
+                      "(exit 1, with the fix)")
+           ->delimiter(',');
        app.add_option("--modules", args->modules,
                       "module globs to convert (default: routed experts, layers.*.ffn.experts.*)");
        app.add_flag("--force", args->force,

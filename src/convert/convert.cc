@@ -669,6 +669,11 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       return failed(*bad);
     }
     if (cancelled()) return interrupted();
+    if (options.check_output) {
+      if (Status st = options.check_output(staged, *manifest); !st.ok()) {
+        return failed(st.error().message);
+      }
+    }
     return Status::Ok();
   };
   auto writer = checkpoint::CheckpointWriter::create(destination, plan, writer_options);

@@ -15,6 +15,7 @@
 
 #include "checkpoint/writer.h"
 #include "core/status.h"
+#include "detect/directory.h"
 #include "formats/transcode.h"
 
 namespace fp4moe::convert {
@@ -79,6 +80,11 @@ struct ConvertOptions {
   // renamed into place; an error finding refuses the source / fails the output unless its id is
   // listed here (proceeding on purpose, e.g. to re-quantize a module with a NaN scale away).
   std::vector<std::string> allow_findings;
+  // A further check of the complete output, after inspect and `fp4moe check` and before it is
+  // renamed into place (cli/ uses it for `convert --engine`: the engine rules must route the
+  // output right). An error fails the conversion as an output-check failure: nothing is published.
+  std::function<Status(const std::filesystem::path& staged, const detect::InspectedDirectory&)>
+      check_output;
 };
 
 struct ConvertSummary {

@@ -192,6 +192,39 @@ def test_convert_dialects_and_activation_amax(tmp_path, rng):
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
 
 
+def test_convert_engine_check(tmp_path, rng):
+    """--engine: the engine rules must route the output's experts right before it is published."""
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=2, layers=1)
+    proc = run("convert", src, tmp_path / "ok", "--engine", "sglang@0.5.14,vllm@0.34.0", "--json")
+    lines = json.loads(proc.stdout)["engine_rules"]
+    routed = [l for l in lines if "routed_experts" in l]
+    assert any(l.startswith("SGLang 0.5.14") and "ModelOptNvFp4FusedMoEMethod (ok)" in l for l in routed), lines
+    assert any(l.startswith("vLLM 0.34.0") and "ModelOptNvFp4FusedMoE (ok)" in l for l in routed), lines
+    # Where the engines disagree, --engine decides: vLLM 0.22's Fp8Config never reads `ignore`, so
+    # MXFP4 MTP experts would get its NVFP4 method (vLLM #49133), while SGLang's hybrid keeps MTP
+    # on an MXFP4 method: for vLLM 0.22 convert the MTP experts too, for SGLang leave them.
+    mtp_left = run("convert", src, tmp_path / "v22", "--engine", "vllm@0.22.0", check=False)
+    assert mtp_left.returncode == 1 and "#49133" in mtp_left.stderr and "mtp_experts" in mtp_left.stderr
+    both = ("--modules", "layers.*.ffn.experts.*", "mtp.*.ffn.experts.*")
+    run("convert", src, tmp_path / "v22", "--engine", "vllm@0.22.0", *both)
+    sglang = run("convert", src, tmp_path / "s23", "--engine", "sglang@0.5.23", *both, check=False)
+    assert sglang.returncode == 1 and "mtp_experts" in sglang.stderr
+    assert not (tmp_path / "s23").exists()
+    # Before PR #25820 no dialect routes NVFP4 experts right: nothing is written, exit 1, the fix named.
+    old = run("convert", src, tmp_path / "old", "--engine", "sglang@0.5.13.post1", check=False)
+    assert old.returncode == 1 and "PR #25820" in old.stderr and "rule sglang.dsv4.fp4_probe_as_mxfp4" in old.stderr
+    # The weight-only dialect is what vLLM's DeepSeek-V4 path does not read.
+    w4a16 = run("convert", src, tmp_path / "w4a16", "--dialect", "w4a16_nvfp4", "--engine", "vllm",
+                check=False)
+    assert w4a16.returncode == 1 and "Mxfp4MoEMethod" in w4a16.stderr
+    unknown = run("convert", src, tmp_path / "unknown", "--engine", "sglang@9.9", check=False)
+    assert unknown.returncode == 2 and "sglang@9.9" in unknown.stderr
+    for name in ("old", "w4a16", "unknown"):
+        assert not (tmp_path / name).exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
+
+
 def test_convert_bad_input(tmp_path, rng):
     src = tmp_path / "src"
     make_checkpoint(src, rng, experts=1, layers=1)
