@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <regex>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -438,6 +439,27 @@ Facts make_facts(const detect::InspectedDirectory& inspected, const std::filesys
         break;
       }
     }
+    // The routed experts' activation scales: all exactly 1.0 is a placeholder (fp4moe convert's
+    // uncalibrated default; `fp4moe check` reports it as input_scale_default), which a W4A4
+    // kernel would quantize activations with.
+    int64_t scales = 0, ones = 0;
+    for (const auto& t : ckpt->tensors()) {
+      const std::string& n = t.info->name;
+      constexpr std::string_view kSuffix = ".input_scale";
+      if (n.size() <= kSuffix.size() ||
+          n.compare(n.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0 ||
+          n.find(".experts.") == std::string::npos || n.find("mtp") != std::string::npos ||
+          t.info->dtype != checkpoint::DType::F32 || t.info->element_count != 1) {
+        continue;
+      }
+      auto bytes = ckpt->data(t);
+      if (!bytes.ok() || bytes->size() != sizeof(float)) continue;
+      float value = 0;
+      std::memcpy(&value, bytes->data(), sizeof value);
+      ++scales;
+      if (value == 1.0f) ++ones;
+    }
+    if (scales > 0) f.root["tensor"]["input_scale_placeholder"] = ones == scales;
   }
   return f;
 }
@@ -506,6 +528,22 @@ Verdict evaluate(const EngineAt& at, const Facts& facts, const detect::ModuleGro
           fmt::format("{} runs only on {}", v.backend->kernel, fmt::join(v.backend->runs_on, ", "));
     }
     for (const auto& fix : v.backend->fixes) v.fixes.push_back(fix);
+  }
+  // W4A4 on placeholder activation scales: the kernel runs, with uncalibrated activation scaling.
+  const json& tensor = facts.root["tensor"];
+  if (v.outcome == Outcome::kOk && c.activation == "nvfp4" && v.backend != nullptr &&
+      v.backend->path == Path::kNativeFp4 && tensor.value("input_scale_placeholder", false)) {
+    v.why = fmt::format(
+        "every input_scale is the placeholder 1.0 (uncalibrated, fp4moe check: "
+        "input_scale_default) and {} quantizes activations with it",
+        v.backend->kernel);
+    for (const Backend* alt : v.alternatives) {
+      if (alt->path == Path::kW4A16) {
+        v.fixes.push_back(fmt::format("launch with {}: {} ({}), which ignores input_scale",
+                                      alt->flags, alt->kernel, alt->precision));
+      }
+    }
+    v.fixes.push_back("or calibrate: fp4moe convert --activation-amax FILE (docs/CONVERT.md)");
   }
   const bool path_unknown = v.backend == nullptr || v.backend->path == Path::kUnknown;
   if (v.outcome != Outcome::kOk || path_unknown) {

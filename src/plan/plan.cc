@@ -266,11 +266,17 @@ namespace {
 // and the fixes.
 void add_engine_findings(Plan& plan, const ModulePlan& m, const std::string& what, Target target,
                          const PlanOptions& options) {
-  if (m.outcome == "ok") return;
+  // An ok route with a note and fixes: the kernel runs but on placeholder activation scales.
+  if (m.outcome == "ok" && (m.note.empty() || m.fixes.empty())) return;
   std::string message =
       fmt::format("{}: {} on {}: {}", what, plan.engine_label, target_name(target), m.note);
   if (!m.rule.empty()) message += fmt::format(" [rule {}: {}]", m.rule, m.rule_source);
   for (const auto& fix : m.fixes) message += "; fix: " + fix;
+  if (m.outcome == "ok") {
+    plan.findings.push_back(
+        {detect::Severity::kWarning, "engine_input_scale_placeholder", message});
+    return;
+  }
   if (m.outcome == "unknown") {
     plan.findings.push_back({detect::Severity::kInfo, "engine_unknown", message});
     return;
@@ -453,7 +459,7 @@ std::string to_table(const Plan& plan) {
       out += fmt::format("    {}: {}{}{} -> {}{}{}\n", plan.engine, m.quant_config,
                          m.quant_config.empty() ? "" : " / ", m.method.empty() ? "-" : m.method,
                          m.outcome, m.rule.empty() ? "" : " [rule " + m.rule + "]",
-                         m.outcome == "ok" || m.note.empty() ? "" : ": " + m.note);
+                         m.note.empty() ? "" : ": " + m.note);
     }
   }
   out += fmt::format(

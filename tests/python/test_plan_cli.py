@@ -273,3 +273,30 @@ def test_rules_predict_the_recorded_engine_verdicts(tmp_path):
         assert predicted == {v["routed"]["method"] or "None"}, (engine, version, fixture, sm)
         checked += 1
     assert checked > 0
+
+
+def test_w4a4_on_placeholder_input_scales_is_a_warning_with_the_weight_only_flags(tmp_path):
+    """fp4moe convert's uncalibrated input_scale (1.0 everywhere): SGLang's default sm_100 route is
+    W4A4 and would quantize activations with it, so plan warns and names --moe-runner-backend
+    marlin; a calibrated conversion gets no such warning."""
+    src = tmp_path / "src"
+    assert run("synth", "dsv4-mxfp4", src, "--layers", 1, "--experts", 2).returncode == 0
+    assert run("convert", src, tmp_path / "default").returncode == 0
+    amax = tmp_path / "amax.json"
+    amax.write_text(json.dumps({"format": "fp4moe.activation_amax.v1",
+                                "amax": [{"modules": "*", "amax": 20.0}]}))
+    assert run("convert", src, tmp_path / "cal", "--activation-amax", amax).returncode == 0
+
+    proc, doc = plan_json(tmp_path / "default", "--engine", "sglang@0.5.23", "--target", "sm_100")
+    assert proc.returncode == 0, proc.stderr
+    warned = [f for f in doc["plans"][0]["findings"] if f["code"] == "engine_input_scale_placeholder"]
+    assert len(warned) == 3 and all(f["severity"] == "warning" for f in warned), doc["plans"][0]["findings"]
+    assert "--moe-runner-backend marlin" in warned[0]["message"]
+    assert all("placeholder" in m["note"] for m in routed(doc["plans"][0]))
+
+    proc, doc = plan_json(tmp_path / "cal", "--engine", "sglang@0.5.23", "--target", "sm_100")
+    assert proc.returncode == 0, proc.stderr
+    assert not [f for f in doc["plans"][0]["findings"] if f["code"] == "engine_input_scale_placeholder"]
+    # The weight-only route (sm_90: Marlin) never reads input_scale: no warning there either.
+    proc, doc = plan_json(tmp_path / "default", "--engine", "vllm@0.34.0", "--target", "sm_90")
+    assert not [f for f in doc["plans"][0]["findings"] if f["code"] == "engine_input_scale_placeholder"]
