@@ -20,5 +20,9 @@ FP4MOE_ENGINE_SGLANG_PY=$(scripts/engines/env.sh sglang "$(newest sglang)" | tai
 FP4MOE_ENGINE_VLLM_PY=$(scripts/engines/env.sh vllm "$(newest vllm)" | tail -n1)
 export FP4MOE_ENGINE_SGLANG_PY FP4MOE_ENGINE_VLLM_PY
 echo "engines.sh: environments ready in $((SECONDS - t0)) s"
+# The recorded and live verdicts, and `fp4moe doctor` on the real installed engines (its own
+# resolution of NVIDIA's checkpoint must equal what the rules predict).
 FP4MOE_BUILD_DIR="${FP4MOE_BUILD_DIR:-$PWD/build/release}" \
-  .venv/bin/python -m pytest tests/engines -q -p no:cacheprovider
+  .venv/bin/python -m pytest tests/engines \
+  "tests/python/test_doctor_cli.py::test_real_engine_agrees_with_the_verdicts" -q -rs \
+  -p no:cacheprovider
