@@ -51,3 +51,23 @@ def rng(request):
     request.node.user_properties.append(("seed", seed))
     print(f"[seed {seed}] replay with FP4MOE_TEST_SEED={seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    """synth_dir(layout): a small `fp4moe synth` checkpoint (1 MoE layer, 8 experts) of that
+    layout, made once per test module."""
+    import subprocess
+
+    binary = Path(os.environ["FP4MOE_BUILD_DIR"]) / "fp4moe"
+    made = {}
+
+    def make(layout):
+        if layout not in made:
+            d = tmp_path_factory.mktemp("synth") / layout
+            out = subprocess.run([str(binary), "synth", layout, str(d), "--layers", "1",
+                                  "--experts", "8"], capture_output=True, text=True, timeout=600)
+            assert out.returncode == 0, out.stderr
+            made[layout] = d
+        return made[layout]
+    return make

@@ -64,20 +64,6 @@ SYNTH_LAYOUTS = {"dsv4-mxfp4": "mxfp4", "dsv4-nvfp4": "nvfp4", "gpt-oss-mxfp4": 
                  "dsv3-fp8": "fp8_block", "ct-nvfp4": "nvfp4", "modelopt-nvfp4": "nvfp4"}
 
 
-@pytest.fixture(scope="module")
-def synth_dir(tmp_path_factory):
-    made = {}
-
-    def make(layout):
-        if layout not in made:
-            d = tmp_path_factory.mktemp("synth") / layout
-            out = run("synth", layout, d, "--layers", 1, "--experts", 8)
-            assert out.returncode == 0, out.stderr
-            made[layout] = d
-        return made[layout]
-    return make
-
-
 # Every layout exact; W4A8 on the layouts whose W4A8 path differs from the DeepSeek-V4 one the
 # older test runs: gpt-oss (biases around the int8 activations) and compressed-tensors NVFP4.
 CASES = [(layout, "w4a16") for layout in SYNTH_LAYOUTS] + [("gpt-oss-mxfp4", "w4a8"),

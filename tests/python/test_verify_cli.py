@@ -171,20 +171,6 @@ def run_env(env, *args):
                           env={**os.environ, **env})
 
 
-@pytest.fixture(scope="module")
-def synth_dir(tmp_path_factory):
-    made = {}
-
-    def make(layout):
-        if layout not in made:
-            d = tmp_path_factory.mktemp("synth") / layout
-            out = run("synth", layout, d, "--layers", 1, "--experts", 8)
-            assert out.returncode == 0, out.stderr
-            made[layout] = d
-        return made[layout]
-    return make
-
-
 def checked_report(proc):
     assert proc.returncode in (0, 1), proc.stderr
     report = json.loads(proc.stdout)
