@@ -110,18 +110,21 @@ std::vector<json> values_at(const json& root, std::string_view path) {
   return flat;
 }
 
-bool holds(const json& cond, const json& root) {
+// `module` holds the "module.*" facts of the group at hand, so that the checkpoint's facts (whole
+// configs, megabytes for the largest) are never copied per module group.
+bool holds(const json& cond, const json& root, const json& module) {
   if (cond.contains("all")) {
     return std::all_of(cond["all"].begin(), cond["all"].end(),
-                       [&](const json& c) { return holds(c, root); });
+                       [&](const json& c) { return holds(c, root, module); });
   }
   if (cond.contains("any")) {
     return std::any_of(cond["any"].begin(), cond["any"].end(),
-                       [&](const json& c) { return holds(c, root); });
+                       [&](const json& c) { return holds(c, root, module); });
   }
-  if (cond.contains("not")) return !holds(cond["not"], root);
+  if (cond.contains("not")) return !holds(cond["not"], root, module);
   const std::string op = str(cond, "op");
-  const std::vector<json> vals = values_at(root, str(cond, "fact"));
+  const std::string fact = str(cond, "fact");
+  const std::vector<json> vals = values_at(fact.rfind("module.", 0) == 0 ? module : root, fact);
   const json& want = cond.contains("value") ? cond["value"] : json();
   auto in_list = [&](const json& v) {
     return want.is_array() && std::find(want.begin(), want.end(), v) != want.end();
@@ -469,13 +472,13 @@ Verdict evaluate(const EngineAt& at, const Facts& facts, const detect::ModuleGro
   Verdict v;
   const std::string role = role_name(group.role);
   const std::string scheme(detect::to_string(group.spec.scheme));
-  json root = facts.root;
-  root["module"] = {{"scheme", scheme}, {"role", role}};
+  const json module = {{"module", {{"scheme", scheme}, {"role", role}}}};
   for (const Engine* e : {at.engine, &format_fallback()}) {
     for (const auto& r : e->rules) {
       auto it = r.modules.find(role);
       if (it == r.modules.end()) it = r.modules.find("*");
-      if (it == r.modules.end() || !rule_applies(r, at) || !holds(r.when, root)) continue;
+      if (it == r.modules.end() || !rule_applies(r, at) || !holds(r.when, facts.root, module))
+        continue;
       v.rule = &r;
       v.conclusion = it->second;
       break;
