@@ -203,7 +203,7 @@ int run_bench(const BenchOptions& o) {
     j["ratio_to_bound_max"] = ratio(rounds.back());
     j["round_ratios"] = round_ratios;
     if (!o.json) {
-      std::printf("%s\n", r->summary().c_str());
+      std::printf("%s\n%s", r->summary().c_str(), r->phase_table().c_str());
       if (o.repeat > 1) {
         std::printf("  median of %d rounds; ratio to bound %.2fx .. %.2fx\n", o.repeat,
                     ratio(rounds.front()), ratio(rounds.back()));

@@ -38,7 +38,37 @@ nlohmann::ordered_json MoeBenchResult::to_json() const {
           {"bandwidth_gbps", bandwidth_gbps},
           {"bound_us", bound_us},
           {"ratio_to_bound", ratio_to_bound},
-          {"pack_s_per_gb", pack_s_per_gb}};
+          {"pack_s_per_gb", pack_s_per_gb},
+          {"phases", phases_json()}};
+}
+
+nlohmann::ordered_json MoeBenchResult::phases_json() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (int i = 0; i < kMoePhases; ++i) {
+    out[std::string(moe_phase_name(static_cast<MoePhase>(i)))] = {{"us", phase_us[i]},
+                                                                  {"share", phase_us[i] / us}};
+  }
+  out["handoffs"] = {{"us", handoff_us()},
+                     {"share", handoff_us() / us},
+                     {"pool_jobs", pool_jobs_per_call},
+                     {"empty_job_us", empty_job_us}};
+  return out;
+}
+
+std::string MoeBenchResult::phase_table() const {
+  std::string out = "  phase            us/call   share\n";
+  char buf[128];
+  for (int i = 0; i < kMoePhases; ++i) {
+    std::snprintf(buf, sizeof(buf), "  %-15s %8.1f  %5.1f%%\n",
+                  std::string(moe_phase_name(static_cast<MoePhase>(i))).c_str(), phase_us[i],
+                  100.0 * phase_us[i] / us);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof(buf), "  %-15s %8.1f  %5.1f%%  (%d pool jobs x %.1f us, empty)\n",
+                "handoffs", handoff_us(), 100.0 * handoff_us() / us, pool_jobs_per_call,
+                empty_job_us);
+  out += buf;
+  return out;
 }
 
 std::string MoeBenchResult::summary() const {
@@ -130,13 +160,27 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));  // warm-up
   const double router_bytes = sizeof(float) * router_w.size();
   double total_s = 0, total_bytes = 0;
+  double phase_s[kMoePhases] = {};
   while (total_s < min_seconds) {
     new_tokens();
     const auto t0 = Clock::now();
     FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
     total_s += std::chrono::duration<double>(Clock::now() - t0).count();
     total_bytes += static_cast<double>(layer->last_bytes_read()) + router_bytes;
+    const MoePhaseTimes& phases = layer->last_phase_times();
+    for (int i = 0; i < kMoePhases; ++i) phase_s[i] += phases.seconds[i];
+    r.pool_jobs_per_call = phases.pool_jobs;
     ++r.calls;
+  }
+  for (int i = 0; i < kMoePhases; ++i) {
+    r.phase_us[i] = phase_s[i] / static_cast<double>(r.calls) * 1e6;
+  }
+  // The latency of one empty job on this pool: what each hand-off costs beyond its work.
+  {
+    constexpr int kJobs = 2000;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kJobs; ++i) pool.run(pool.size(), [](int64_t, int) {});
+    r.empty_job_us = std::chrono::duration<double>(Clock::now() - t0).count() / kJobs * 1e6;
   }
   // Before and after the timed calls; the better figure is the reference (see bench_gemm).
   r.bandwidth_gbps =

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "dispatch/linear.h"
 #include "kernels/types.h"
+#include "moe/moe_layer.h"
 
 namespace fp4moe::moe {
 
@@ -27,8 +28,17 @@ struct MoeBenchResult {
   double ratio_to_bound = 0;  // us / bound_us (1.0 = at the memory bound)
   double pack_s_per_gb = 0;
   int threads = 0;
+  // Mean microseconds per call of each phase (MoePhase order), and the thread hand-offs: the pool
+  // jobs a call starts times the latency of an empty job on this pool, measured in the same run.
+  double phase_us[kMoePhases] = {};
+  int pool_jobs_per_call = 0;
+  double empty_job_us = 0;
+  double handoff_us() const { return pool_jobs_per_call * empty_job_us; }
   nlohmann::ordered_json to_json() const;
+  nlohmann::ordered_json phases_json() const;
   std::string summary() const;
+  // One line per phase: microseconds per call and share of the call.
+  std::string phase_table() const;
 };
 
 Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,

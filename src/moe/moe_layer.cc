@@ -12,6 +12,7 @@
 #include "moe/moe_layer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -45,7 +46,46 @@ Status check_expert(const ExpertWeights& e, const std::string& name, int64_t hid
 
 inline float silu(float g) { return g / (1.0f + std::exp(-g)); }
 
+// Marks phase boundaries of one forward call into MoePhaseTimes.
+class PhaseClock {
+ public:
+  explicit PhaseClock(MoePhaseTimes& out) : out_(out), last_(Clock::now()) { out_ = {}; }
+  void end(MoePhase phase) {
+    const auto now = Clock::now();
+    out_.seconds[static_cast<int>(phase)] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  void job() { ++out_.pool_jobs; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  MoePhaseTimes& out_;
+  Clock::time_point last_;
+};
+
 }  // namespace
+
+std::string_view moe_phase_name(MoePhase phase) {
+  switch (phase) {
+    case MoePhase::kRouterLogits:
+      return "router_logits";
+    case MoePhase::kRouteSelect:
+      return "route_select";
+    case MoePhase::kGroup:
+      return "group";
+    case MoePhase::kQuantize:
+      return "quantize";
+    case MoePhase::kGateUp:
+      return "gate_up";
+    case MoePhase::kActivation:
+      return "activation";
+    case MoePhase::kDown:
+      return "down";
+    case MoePhase::kCombine:
+      return "combine";
+  }
+  return "?";
+}
 
 void apply_gated_activation(const ActivationConfig& act, float* gate, const float* up, int64_t n,
                             std::span<const float> gate_bias, std::span<const float> up_bias) {
@@ -221,6 +261,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   const int k = config_.router.top_k;
   const int64_t slots = tokens * k;
   const int threads = pool.size();
+  PhaseClock clock(phase_times_);
   // Router logits split by expert range over the pool (the router weights are a few MB: one
   // thread alone would read them at well under the machine's bandwidth), then the selection.
   const int n_experts = config_.router.num_experts;
@@ -230,11 +271,14 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
                   static_cast<int>(n_experts * task / logit_tasks),
                   static_cast<int>(n_experts * (task + 1) / logit_tasks), logits_.data());
   });
+  clock.job();
+  clock.end(MoePhase::kRouterLogits);
   for (int64_t t = 0; t < tokens; ++t) {
     route_logits(config_.router, router_, logits_.data() + t * n_experts, ids_.data() + t * k,
                  route_weights_.data() + t * k,
                  std::span<float>(router_scratch_).subspan(n_experts));
   }
+  clock.end(MoePhase::kRouteSelect);
 
   // Group the (token, choice) pairs by expert: counting sort, so each expert's rows are
   // contiguous and its weights are streamed once for all its tokens.
@@ -253,11 +297,19 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     slot_expert_[slot] = e;
     std::memcpy(xg_.data() + slot * h, x + (s / k) * h, sizeof(float) * h);
   }
+  clock.end(MoePhase::kGroup);
 
   // W4A8: the gathered inputs (and the tokens, for the shared experts) quantized once, for gate
   // and up alike.
-  if (routed_in_w4a8_) routed_in_q_.quantize(xg_.data(), h, slots, h, quantizer_, pool);
-  if (shared_in_w4a8_) shared_in_q_.quantize(x, h, tokens, h, quantizer_, pool);
+  if (routed_in_w4a8_) {
+    routed_in_q_.quantize(xg_.data(), h, slots, h, quantizer_, pool);
+    clock.job();
+  }
+  if (shared_in_w4a8_) {
+    shared_in_q_.quantize(x, h, tokens, h, quantizer_, pool);
+    clock.job();
+  }
+  if (routed_in_w4a8_ || shared_in_w4a8_) clock.end(MoePhase::kQuantize);
 
   // Phase 1: gate and up products of every active expert and every shared expert.
   last_bytes_ = 0;
@@ -287,6 +339,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
   run_tasks(pool);
+  clock.job();
+  clock.end(MoePhase::kGateUp);
 
   // Phase 2: the gated activation, one row per task (quantized there for a W4A8 down product).
   const int64_t shared_rows = tokens * static_cast<int64_t>(shared_.size());
@@ -312,6 +366,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
       shared_act_q_.quantize_rows(g, ex.inter, s * max_tokens_ + t, 1, ex.inter, quantizer_);
     }
   });
+  clock.job();
+  clock.end(MoePhase::kActivation);
 
   // Phase 3: down products.
   for (size_t e = 0; e < experts_.size(); ++e) {
@@ -335,6 +391,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     shared_off += shared_[s].inter;
   }
   run_tasks(pool);
+  clock.job();
+  clock.end(MoePhase::kDown);
 
   // Combine, one token per task, choices in selection order (deterministic).
   pool.run(tokens, [&](int64_t t, int) {
@@ -357,6 +415,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
       for (int64_t j = 0; j < h; ++j) yt[j] += b.empty() ? o[j] : o[j] + b[j];
     }
   });
+  clock.job();
+  clock.end(MoePhase::kCombine);
   return Status::Ok();
 }
 

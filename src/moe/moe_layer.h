@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -46,6 +47,33 @@ struct MoeConfig {
   int64_t hidden = 0;
 };
 
+// The phases of one forward call, in order. The layer's own overheads are every phase but the
+// two product phases; `fp4moe bench --moe` reports each against the whole call.
+enum class MoePhase : uint8_t {
+  kRouterLogits,  // router GEMV (reads the router weights), split over the pool
+  kRouteSelect,   // top-k selection and routing weights, per token
+  kGroup,         // counting sort of (token, choice) pairs by expert, inputs gathered
+  kQuantize,      // W4A8 only: gathered inputs (and the tokens, for shared experts) to int8
+  kGateUp,        // gate and up products of the active and shared experts (one pool job)
+  kActivation,    // gated activation (and its int8 quantization for a W4A8 down product)
+  kDown,          // down products (one pool job)
+  kCombine,       // weighted sum of the choices plus the shared experts
+};
+inline constexpr int kMoePhases = 8;
+std::string_view moe_phase_name(MoePhase phase);
+
+// Wall seconds of each phase of the last forward call (steady_clock read at each boundary, about
+// 20 ns a read), and how many thread-pool jobs the call handed off.
+struct MoePhaseTimes {
+  double seconds[kMoePhases] = {};
+  int pool_jobs = 0;
+  double total() const {
+    double t = 0;
+    for (double s : seconds) t += s;
+    return t;
+  }
+};
+
 class MoeLayer {
  public:
   // Checks shapes and parameters, plans every product (one kernel choice per matrix) and sizes
@@ -68,6 +96,7 @@ class MoeLayer {
   std::span<const float> route_weights() const { return route_weights_; }
   // Weight bytes the last forward streamed: each active expert once, shared experts once.
   size_t last_bytes_read() const { return last_bytes_; }
+  const MoePhaseTimes& last_phase_times() const { return phase_times_; }
   std::string describe() const;
 
  private:
@@ -115,6 +144,7 @@ class MoeLayer {
   // W4A8).
   kernels::QuantizeActivationsFn quantizer_ = nullptr;
   size_t last_bytes_ = 0;
+  MoePhaseTimes phase_times_;
 };
 
 // Applies the gated activation in place: gate[i] <- act(gate[i] + gate_bias, up[i] + up_bias).

@@ -40,7 +40,8 @@ struct Shape {
 };
 
 // Shape classes: M = 1, 2, 3, the 4-token tile of the direct kernels - 1, tile, tile + 1, the
-// 8-token tile of the AVX2 panel kernel (M >= 8) - 1, tile, tile + 1, 17, 64, 256; N = 1, an 8-row
+// 8-token tile of the panel kernels (M >= 8) - 1, tile, tile + 1, the AVX-512 panel's 12-token
+// group + 1, 17, 64, 256 (past the 96-token panel block); N = 1, an 8-row
 // tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing a 128-row FP8 scale block; K =
 // the smallest legal, K not a multiple of the chunk (FP8), a partial 128-block (FP8) and a large
 // K (several 512-k panels).
@@ -54,7 +55,7 @@ std::vector<Shape> shapes_for(WeightFormat format) {
   }
   const std::vector<int64_t> ns = {1, 7, 9, 15, 17, 136};
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 17, 64, 256}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 64, 256}) {
     for (size_t i = 0; i < ns.size(); ++i) {
       for (int64_t k : ks) {
         // Keep the FP64 reference affordable: the big M only with the smaller (N, K) pairs.

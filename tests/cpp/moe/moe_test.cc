@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -473,6 +474,45 @@ TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithExactFp8Shared) {
   const std::string d = layer->describe();
   EXPECT_NE(d.find("nvfp4_gemm_w4a8"), std::string::npos) << d;
   EXPECT_NE(d.find("fp8b128_gemm_"), std::string::npos) << d;
+}
+
+// The per-phase times of a forward call (what `fp4moe bench --moe` reports as the layer's own
+// overheads): every phase that ran is timed, the phases lie inside the call's wall time, a phase
+// that does not run (quantize, exact) stays 0, and the pool jobs are the ones each precision
+// starts.
+TEST(MoeLayer, PhaseTimesCoverTheCallAndCountItsPoolJobs) {
+  const uint32_t seed = 483;
+  std::mt19937 rng(seed);
+  const Fixture fx = deepseek_v4_fixture(rng);
+  const int64_t h = fx.config.hidden, tokens = 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(tokens * h), y(tokens * h);
+  for (float& v : x) v = normal(rng);
+  for (auto precision : {dispatch::Precision::kExact, dispatch::Precision::kW4A8}) {
+    SCOPED_TRACE(std::string(dispatch::precision_name(precision)));
+    auto layer = make_layer(fx, tokens, dispatch::best_host_isa(), precision);
+    ASSERT_TRUE(layer.ok()) << layer.error().message;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(layer->forward(x.data(), tokens, y.data(), ThreadPool::global()).ok());
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const MoePhaseTimes& times = layer->last_phase_times();
+    const bool w4a8 = precision == dispatch::Precision::kW4A8;
+    for (int i = 0; i < kMoePhases; ++i) {
+      const auto phase = static_cast<MoePhase>(i);
+      SCOPED_TRACE(std::string(moe_phase_name(phase)));
+      EXPECT_GE(times.seconds[i], 0.0);
+      if (phase == MoePhase::kQuantize && !w4a8) {
+        EXPECT_EQ(times.seconds[i], 0.0);
+      } else if (phase == MoePhase::kGateUp || phase == MoePhase::kDown) {
+        EXPECT_GT(times.seconds[i], 0.0);
+      }
+    }
+    EXPECT_LE(times.total(), wall);
+    // router logits, gate/up, activation, down, combine; W4A8 adds the routed inputs'
+    // quantization (the shared expert is FP8 here, so it has no quantized input).
+    EXPECT_EQ(times.pool_jobs, w4a8 ? 6 : 5);
+  }
 }
 
 TEST(MoeLayerW4A8, GptOssMxfp4WithBiasesAndSharedExperts) {

@@ -65,7 +65,7 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
       FP4MOE_UNROLL
       for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
     }
-    avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
+    prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes, kChunksPerBlock * kChunkBytes);
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const int64_t chunk = b * kChunksPerBlock + c;
       const __m256i v =
@@ -238,8 +238,8 @@ inline void fp8_tile(const PackedMatrix& w, const uint8_t* tile, const float* sc
       for (int c = 0; c < kChains; ++c) block[i][c] = _mm256_setzero_ps();
     }
     const int64_t c_end = std::min(full_chunks, (b + 1) * kChunksPerBlock);
-    avx2::prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes,
-                         (c_end - b * kChunksPerBlock) * kChunkBytes);
+    prefetch_ahead(tile + b * kChunksPerBlock * kChunkBytes,
+                   (c_end - b * kChunksPerBlock) * kChunkBytes);
     for (int64_t c = b * kChunksPerBlock; c < c_end; ++c) {
       fp8_chunk<MR, false>(tile + c * kChunkBytes, x + c * kFp8ChunkK, ldx, kFp8ChunkK, block);
     }

@@ -64,7 +64,7 @@ template <int kChunks>
   const __m256i lut = offset_e2m1_x2_lut();
   const __m256i transpose = transpose4x4_ctrl();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  avx2::prefetch_ahead(block, kChunks * kChunkBytes);
+  prefetch_ahead(block, kChunks * kChunkBytes);
   FP4MOE_UNROLL
   for (int c = 0; c < kChunks; ++c) {
     const __m256i v = _mm256_shuffle_epi8(

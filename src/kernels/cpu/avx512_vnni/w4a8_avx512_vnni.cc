@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
@@ -54,21 +55,6 @@ constexpr int kBlock = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
 template <WeightFormat kFormat>
 constexpr int kChunks = kBlock<kFormat> / kFp4ChunkK;  // 2 or 4
 
-// Software prefetch 4 KiB ahead of both tiles' streams (measured on AVX2, cpu/avx2/fp4_avx2.h:
-// two compute-heavy streams outrun the hardware prefetchers). Integer addresses: the target may
-// lie past the allocation, which a prefetch tolerates and pointer arithmetic does not.
-inline void prefetch_pair(const uint8_t* a, const uint8_t* b, int64_t bytes) {
-  constexpr uintptr_t kDistance = 4096;
-  for (int64_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(a) + kDistance + off),
-                 _MM_HINT_T0);
-    if (b != nullptr) {
-      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(b) + kDistance + off),
-                   _MM_HINT_T0);
-    }
-  }
-}
-
 // One K block of a tile pair, decoded: lo[c] / hi[c] hold k 0-3 / 4-7 of chunk c, dword = row.
 // A missing second tile decodes as code 0 (u = 12), whose sum the offset cancels; its rows are
 // never stored.
@@ -83,7 +69,8 @@ template <int kN>
   const __m512i lut = offset_e2m1_x2_lut();
   const __m512i transpose = transpose4x4_ctrl();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  prefetch_pair(a, b, kN * kChunkBytes);
+  prefetch_ahead(a, kN * kChunkBytes);
+  prefetch_ahead(b, kN * kChunkBytes);
   FP4MOE_UNROLL
   for (int c = 0; c < kN; ++c) {
     const __m512i v = _mm512_shuffle_epi8(
