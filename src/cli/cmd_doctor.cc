@@ -510,6 +510,14 @@ int run_doctor(const DoctorArgs& args) {
   // The architecture the kernels are named for: plan's --target / --gpu, or none.
   auto choice = plan::parse_target_choice(args.target, args.gpu);
   if (!choice.ok()) return report_error("doctor", choice.error(), args.json);
+  if (*choice && (*choice)->target == plan::Target::kCpu) {
+    return report_error(
+        "doctor",
+        Error{"--target cpu: doctor checks a GPU serving engine (SGLang, vLLM, TensorRT-LLM); "
+              "`fp4moe plan DIR --target cpu` shows what llama.cpp and kt-kernel do on the CPU",
+              ErrorKind::kBadInput},
+        args.json);
+  }
   const std::string arch = *choice ? std::string(plan::target_name((*choice)->target)) : "";
   const std::string target_from =
       *choice ? (*choice)->from
@@ -742,8 +750,8 @@ const CommandRegistrar kDoctor{
                       "seconds for each subprocess (python probe, git, the engine's resolution)")
            ->check(CLI::PositiveNumber);
        app.add_option("--target", args->target,
-                      "sm_80, sm_86, sm_89, sm_90, sm_100, sm_103, sm_120, sm_121 (or cpu): name "
-                      "the kernel and hardware path the engine runs there (as `plan --target`)");
+                      "sm_80, sm_86, sm_89, sm_90, sm_100, sm_103, sm_120 or sm_121: name the "
+                      "kernel and hardware path the engine runs there (as `plan --target`)");
        app.add_option("--gpu", args->gpu,
                       "NAME[xN] from plan's GPU table (A100, RTX 3090, L40S, H100, H200, B200, "
                       "B300, RTX PRO 6000, RTX 5090, GB10): its architecture is the target");

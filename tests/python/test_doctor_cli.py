@@ -196,7 +196,8 @@ def test_target_names_the_kernel_per_architecture(ckpt, tmp_path):
     # Bad input: plan's own messages, exit 2, before anything else is read.
     for args, message in ((("--target", "sm_75"), "unknown target 'sm_75'"),
                           (("--gpu", "V100"), "unknown GPU 'V100'"),
-                          (("--gpu", "B200", "--target", "sm_120"), "--gpu B200 is sm_100, not --target sm_120")):
+                          (("--gpu", "B200", "--target", "sm_120"), "--gpu B200 is sm_100, not --target sm_120"),
+                          (("--target", "cpu"), "plan DIR --target cpu")):
         proc = run("doctor", ckpt, "--engine", site, *args)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
 
