@@ -391,6 +391,22 @@ TEST(CpuEngines, KtKernelLoadersByLayout) {
   ASSERT_NE(q.backend, nullptr);
   EXPECT_EQ(q.backend->kernel.rfind("AVX2MXFP4_MOE only", 0), 0u) << q.backend->kernel;
   EXPECT_EQ(at("ktkernel", nvidia_named(), kRoutedNvfp4, "cpu").outcome, Outcome::kFails);
+  // Compressed-tensors INT4 (Kimi-K2.5 style): kt-kernel's RAWINT4 keeps 4 bits, llama.cpp's
+  // converter dequantizes to 16 bits.
+  json kimi = {{"architectures", {"KimiK25ForConditionalGeneration"}},
+               {"quantization_config",
+                {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}}}};
+  const ModuleGroup int4 = group(Role::kRoutedExperts, Scheme::kInt4, Activation::kNone);
+  Verdict k = at("ktkernel", facts_of(kimi, nullptr, "I32"), int4, "cpu");
+  ASSERT_NE(k.backend, nullptr);
+  EXPECT_NE(k.backend->kernel.find("AMXInt4_KGroup_MOE"), std::string::npos);
+  EXPECT_EQ(at("llamacpp", facts_of(kimi, nullptr, "I32"), int4, "cpu").conclusion.method,
+            "GGML BF16/F16 (dequantized INT4)");
+  // FP8 per-channel experts need the AVX-512 VBMI build: there is no AVX2 kernel for them.
+  Verdict pc = at("ktkernel", stock(),
+                  group(Role::kRoutedExperts, Scheme::kFp8Channel, Activation::kNone), "cpu");
+  ASSERT_NE(pc.backend, nullptr);
+  EXPECT_NE(pc.backend->kernel.find("AMXFP8PerChannel_MOE only"), std::string::npos);
   // gpt-oss's fused MXFP4 experts have no kt-kernel loader.
   Verdict g = at("ktkernel", gpt_oss(), kRoutedMxfp4, "cpu");
   EXPECT_EQ(g.outcome, Outcome::kFails);
