@@ -333,6 +333,12 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     m.path = route.path;
     m.kernel = route.kernel;
     m.note = route.note;
+    if (own_cpu && m.path == HardwarePath::kCpuSimd) {
+      // route_cpu picks the exact family (kernels/types.h): weights decoded, activations in F32.
+      m.precision = group.spec.scheme == Scheme::kFp8Block
+                        ? "W8A16: FP8 decoded exactly, F32 activations and sums"
+                        : "W4A16: FP4 decoded exactly, F32 activations and sums";
+    }
     // Batch-1 decode reads each dense module once per token, top_k of the routed experts, and one
     // row of the embedding table.
     double fraction = 1.0;

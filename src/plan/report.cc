@@ -77,9 +77,10 @@ std::string side_by_side_table(const std::vector<Plan>& plans) {
     for (const auto& p : plans) {
       if (i >= p.modules.size()) continue;
       const ModulePlan& m = p.modules[i];
-      out += fmt::format("  {:<22} {:<7} {}{} -> {} [{}]\n", p.engine_label, m.outcome,
-                         m.method.empty() ? "-" : m.method,
-                         m.reads.empty() ? "" : " reads " + m.reads, m.kernel, path_name(m.path));
+      out +=
+          fmt::format("  {:<22} {:<7} {}{} -> {} [{}{}]\n", p.engine_label, m.outcome,
+                      m.method.empty() ? "-" : m.method, m.reads.empty() ? "" : " reads " + m.reads,
+                      m.kernel, path_name(m.path), m.precision.empty() ? "" : "; " + m.precision);
     }
     i = j;
   }

@@ -208,6 +208,11 @@ def test_cpu_engines_beside_fp4moe(mxfp4_ckpt, nvfp4_ckpt):
     assert attention and all(m["outcome"] == "not_run" and m["path"] == "not run here"
                              for m in attention)
     assert routed(llama)[0]["time_us"] > 0  # the same measured bandwidth as fp4moe's bound
+    # Side by side, what each does to the activations: fp4moe exact W4A16, llama.cpp Q8_0 (W4A8),
+    # kt-kernel BF16 (W4A16).
+    assert all(m["precision"].startswith("W4A16") for m in routed(plans["fp4moe-cpu"]))
+    assert all(m["precision"].startswith("W4A8") for m in routed(llama))
+    assert all(m["precision"].startswith("W4A16") for m in routed(kt))
     # NVIDIA's DeepSeek-V4 NVFP4: llama.cpp cannot convert it, kt-kernel finds no loader for its
     # expert names; fp4moe's own kernels run it, so the exit status stays 0 (warnings only).
     proc, doc = plan_json(nvfp4_ckpt, "--target", "cpu")
