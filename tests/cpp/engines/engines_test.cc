@@ -376,6 +376,15 @@ TEST(CpuEngines, LlamaCppConvertsStockMxfp4AndRefusesDeepseekV4Nvfp4) {
   EXPECT_EQ(at("llamacpp", facts_of(c, nullptr, "U8"), kRoutedNvfp4, "cpu").outcome,
             Outcome::kUnknown);
   EXPECT_EQ(at("llamacpp", gpt_oss(), kRoutedMxfp4, "cpu").conclusion.method, "GGML MXFP4");
+  // ModelOpt NVFP4 experts under other names (MiniMax-M2's w1/w2/w3): no GGUF either.
+  json minimax = {{"architectures", {"MiniMaxM2ForCausalLM"}},
+                  {"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}}};
+  Verdict mm = at("llamacpp",
+                  with_tensor(facts_of(minimax, nullptr, "U8"),
+                              "model.layers.0.block_sparse_moe.experts.0.w1.weight"),
+                  kAttentionFp8, "cpu");
+  EXPECT_EQ(mm.outcome, Outcome::kFails);
+  EXPECT_EQ(mm.rule->id, "llamacpp.nvfp4.expert_names_unmapped");
 }
 
 TEST(CpuEngines, KtKernelLoadersByLayout) {
