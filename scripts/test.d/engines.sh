@@ -3,7 +3,8 @@
 # scripts/engines/env.sh) the newest pinned SGLang and vLLM environments, then runs
 # tests/engines/test_engine_oracle.py: the recorded verdicts (tests/engines/verdicts.json) are
 # well-formed and complete, and both engines' own config resolution, run now on the fixtures and
-# on a checkpoint `fp4moe convert` writes now, equals the recorded verdicts.
+# on a checkpoint `fp4moe convert` writes now, equals the recorded verdicts; and the CPU engine
+# rules (llama.cpp, kt-kernel) against the sources they cite (tests/python/test_cpu_engine_sources.py).
 #
 # First run on a fresh machine downloads torch (CUDA build, ~2.7 GB with its CUDA libraries) twice
 # and installs both environments: measured ~17 min on a loaded 2-core VM (SGLang 0.5.23 403 s,
@@ -26,3 +27,9 @@ FP4MOE_BUILD_DIR="${FP4MOE_BUILD_DIR:-$PWD/build/release}" \
   .venv/bin/python -m pytest tests/engines \
   "tests/python/test_doctor_cli.py::test_real_engine_agrees_with_the_verdicts" -q -rs \
   -p no:cacheprovider
+# The CPU engines' rules against the sources they cite (llama-cpp-python's sdist with its vendored
+# llama.cpp, the kt-kernel wheel; cached outside the clone by scripts/engines/cpu_sources.sh,
+# ~180 MB, about 20 s once).
+FP4MOE_CPU_ENGINE_SRC=$(scripts/engines/cpu_sources.sh | tail -n1) \
+  FP4MOE_BUILD_DIR="${FP4MOE_BUILD_DIR:-$PWD/build/release}" \
+  .venv/bin/python -m pytest tests/python/test_cpu_engine_sources.py -q -rs -p no:cacheprovider

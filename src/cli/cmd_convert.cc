@@ -425,7 +425,8 @@ const CommandRegistrar kConvert{
                       "calibrated activation maxima per module glob (JSON, docs/CONVERT.md) for "
                       "the input_scale of the nvfp4 dialect; without it a flagged default is used");
        app.add_option("--engine", args->engines,
-                      "sglang[@VERSION], vllm[@VERSION], trtllm (repeatable): before the output is "
+                      "sglang[@VERSION], vllm[@VERSION], trtllm, llamacpp, ktkernel (repeatable): "
+                      "before the output is "
                       "renamed into place, the engine rules (docs/ENGINES.md) must route its "
                       "routed and MTP experts right at that version, else nothing is written "
                       "(exit 1, with the fix)")

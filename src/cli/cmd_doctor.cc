@@ -24,6 +24,7 @@
 #include "detect/directory.h"
 #include "engines/embedded.h"
 #include "engines/rules.h"
+#include "plan/plan.h"
 
 namespace fp4moe::cli {
 namespace {
@@ -33,7 +34,7 @@ using nlohmann::json;
 
 struct DoctorArgs {
   CheckpointArg checkpoint;
-  std::string engine_path, python, engines_md;
+  std::string engine_path, python, engines_md, target, gpu;
   double timeout_s = 120;
   bool json = false, no_resolve = false;
 };
@@ -465,6 +466,16 @@ struct ModuleVerdict {
   engines::Verdict verdict;
 };
 
+// The kernel an engine runs for a module group on the chosen architecture (null: none named).
+json backend_json(const engines::Backend* b) {
+  if (b == nullptr) return nullptr;
+  return {{"backend", b->id},
+          {"kernel", b->kernel},
+          {"path", engines::path_name(b->path)},
+          {"precision", b->precision},
+          {"source", b->source.cite()}};
+}
+
 int run_engines_md(const DoctorArgs& args) {
   // Keeps the hand-written convert section of the existing file (between its markers).
   static constexpr std::string_view kBegin = "<!-- convert:begin -->";
@@ -496,6 +507,34 @@ int run_doctor(const DoctorArgs& args) {
                         Error{"give --engine PATH or --python PY, not both", ErrorKind::kBadInput},
                         args.json);
   }
+  // The architecture the kernels are named for: plan's --target / --gpu, or none.
+  auto choice = plan::parse_target_choice(args.target, args.gpu);
+  if (!choice.ok()) return report_error("doctor", choice.error(), args.json);
+  if (*choice && (*choice)->target == plan::Target::kCpu) {
+    return report_error(
+        "doctor",
+        Error{"--target cpu: doctor checks a GPU serving engine (SGLang, vLLM, TensorRT-LLM); "
+              "`fp4moe plan DIR --target cpu` shows what llama.cpp and kt-kernel do on the CPU",
+              ErrorKind::kBadInput},
+        args.json);
+  }
+  const std::string arch = *choice ? std::string(plan::target_name((*choice)->target)) : "";
+  const std::string target_from =
+      *choice ? (*choice)->from
+              : "none (no --target or --gpu): no kernel is named; give --target sm_XX or --gpu "
+                "NAME for the kernel and hardware path on that architecture";
+  json target_json = {{"name", arch.empty() ? json(nullptr) : json(arch)},
+                      {"from", target_from},
+                      {"gpu", nullptr},
+                      {"gpu_count", nullptr}};
+  if (*choice && (*choice)->gpu) {
+    target_json["gpu"] = std::string((*choice)->gpu->device.gpu);
+    target_json["gpu_count"] = (*choice)->gpu->count;
+  } else if (*choice && (*choice)->target != plan::Target::kCpu) {
+    target_json["gpu"] = std::string(plan::default_device((*choice)->target).gpu);
+    target_json["gpu_count"] = 1;
+  }
+
   auto resolved = resolve_checkpoint_arg(args.checkpoint);
   if (!resolved.ok()) return report_error("doctor", resolved.error(), args.json);
   auto inspected = detect::detect_directory(resolved->path);
@@ -515,14 +554,17 @@ int run_doctor(const DoctorArgs& args) {
   }
 
   bool wrong = false;
-  json report = {
-      {"schema_version", 1}, {"checkpoint", resolved->path.string()}, {"engines", json::array()}};
-  std::string text;
+  json report = {{"schema_version", 1},
+                 {"checkpoint", resolved->path.string()},
+                 {"target", target_json},
+                 {"engines", json::array()}};
+  std::string text =
+      fmt::format("target: {}{}\n", arch.empty() ? "" : arch + " from ", target_from);
   for (const Found& f : *found) {
     std::vector<ModuleVerdict> verdicts;
     for (const auto& g : inspected->manifest.modules) {
       if (g.role == detect::Role::kOther || g.spec.scheme == detect::Scheme::kAbsent) continue;
-      verdicts.push_back({&g, engines::evaluate(f.at, facts, g, "")});
+      verdicts.push_back({&g, engines::evaluate(f.at, facts, g, arch)});
     }
     const Resolution res =
         args.no_resolve ? Resolution{} : resolve(f, resolved->path, args.timeout_s);
@@ -573,10 +615,10 @@ int run_doctor(const DoctorArgs& args) {
     // Text: consecutive module groups with the same verdict (w1, w2, w3) share one entry.
     auto key = [&](size_t i) {
       const auto& v = verdicts[i].verdict;
-      return fmt::format("{}|{}|{}|{}|{}", detect::to_string(verdicts[i].group->role),
+      return fmt::format("{}|{}|{}|{}|{}|{}", detect::to_string(verdicts[i].group->role),
                          detect::to_string(verdicts[i].group->spec.scheme),
                          engines::outcome_name(v.outcome), v.conclusion.method,
-                         v.rule ? v.rule->id : "");
+                         v.rule ? v.rule->id : "", v.backend ? v.backend->id : "");
     };
     for (size_t i = 0; i < verdicts.size();) {
       size_t j = i + 1;
@@ -601,12 +643,30 @@ int run_doctor(const DoctorArgs& args) {
       if (v.rule != nullptr && v.outcome != engines::Outcome::kOk) {
         text += fmt::format("    rule {}: {}\n", v.rule->id, v.rule->source.cite());
       }
+      if (!arch.empty() && v.rule != nullptr && c.fails.empty()) {
+        text += v.backend == nullptr
+                    ? fmt::format("    kernel on {}: unknown ({} has no kernel row for {} here)\n",
+                                  arch, f.engine->name, c.method)
+                    : fmt::format("    kernel on {}: {} [{}, {}] (backend {}: {})\n", arch,
+                                  v.backend->kernel, engines::path_name(v.backend->path),
+                                  v.backend->precision, v.backend->id, v.backend->source.cite());
+        for (const engines::Backend* alt : v.alternatives) {
+          text += fmt::format("    with {}: {} [{}, {}]\n", alt->flags, alt->kernel,
+                              engines::path_name(alt->path), alt->precision);
+        }
+      }
       for (const auto& fix : v.fixes) text += "    fix: " + fix + "\n";
       i = j;
     }
     for (const auto& mv : verdicts) {
       const auto& v = mv.verdict;
       const auto& c = v.conclusion;
+      json alternatives = json::array();
+      for (const engines::Backend* alt : v.alternatives) {
+        json a = backend_json(alt);
+        a["flags"] = alt->flags;
+        alternatives.push_back(a);
+      }
       if (v.outcome == engines::Outcome::kWrong || v.outcome == engines::Outcome::kFails) {
         wrong = true;
       }
@@ -620,7 +680,9 @@ int run_doctor(const DoctorArgs& args) {
                                {"rule", v.rule ? v.rule->id : ""},
                                {"rule_source", v.rule ? v.rule->source.cite() : ""},
                                {"why", v.why},
-                               {"fixes", v.fixes}});
+                               {"fixes", v.fixes},
+                               {"kernel", backend_json(v.backend)},
+                               {"alternatives", alternatives}});
     }
     json rj = {{"ran", res.ran}, {"ok", res.ok}};
     if (!res.ran) {
@@ -687,6 +749,12 @@ const CommandRegistrar kDoctor{
        app.add_option("--timeout", args->timeout_s,
                       "seconds for each subprocess (python probe, git, the engine's resolution)")
            ->check(CLI::PositiveNumber);
+       app.add_option("--target", args->target,
+                      "sm_80, sm_86, sm_89, sm_90, sm_100, sm_103, sm_120 or sm_121: name the "
+                      "kernel and hardware path the engine runs there (as `plan --target`)");
+       app.add_option("--gpu", args->gpu,
+                      "NAME[xN] from plan's GPU table (A100, RTX 3090, L40S, H100, H200, B200, "
+                      "B300, RTX PRO 6000, RTX 5090, GB10): its architecture is the target");
        app.add_flag("--no-resolve", args->no_resolve,
                     "markers only: do not run the engine's config resolution");
        app.add_flag("--json", args->json, "print the report as JSON");

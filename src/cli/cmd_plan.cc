@@ -35,34 +35,31 @@ int run_plan(const PlanArgs& args) {
   auto bad = [&](std::string message) {
     return report_error("plan", Error{std::move(message), ErrorKind::kBadInput}, args.json);
   };
-  std::optional<plan::GpuChoice> gpu;
-  if (!args.gpu.empty()) {
-    auto g = plan::parse_gpu(args.gpu);
-    if (!g.ok()) return bad(g.error().message);
-    gpu = *g;
-  }
+  auto choice = plan::parse_target_choice(args.target, args.gpu);
+  if (!choice.ok()) return bad(choice.error().message);
   plan::Target target = plan::Target::kCpu;
+  std::optional<plan::GpuChoice> gpu;
   std::string target_from = "default (no --target or --gpu): fp4moe's CPU kernels on this host";
-  if (!args.target.empty()) {
-    auto t = plan::parse_target(args.target);
-    if (!t.ok()) return bad(t.error().message);
-    target = *t;
-    target_from = "--target " + args.target;
-    if (gpu && gpu->device.target != target) {
-      return bad(fmt::format("--gpu {} is {}, not --target {}", args.gpu,
-                             plan::target_name(gpu->device.target), args.target));
-    }
-  } else if (gpu) {
-    target = gpu->device.target;
-    target_from = fmt::format("--gpu {} ({})", args.gpu, plan::target_name(target));
+  if (*choice) {
+    target = (*choice)->target;
+    gpu = (*choice)->gpu;
+    target_from = (*choice)->from;
   }
   std::optional<engines::EngineAt> engine;
   if (!args.engine.empty()) {
-    if (target == plan::Target::kCpu) {
-      return bad("--engine plans a GPU serving engine: give --target sm_XX or --gpu NAME");
-    }
     auto e = engines::parse_engine_spec(args.engine);
     if (!e.ok()) return bad(e.error().message);
+    const bool cpu_engine = e->engine->device == "cpu";
+    if (target == plan::Target::kCpu && !cpu_engine) {
+      return bad(fmt::format(
+          "--engine {} plans a GPU serving engine: give --target sm_XX or --gpu NAME (on the CPU: "
+          "llamacpp or ktkernel)",
+          args.engine));
+    }
+    if (target != plan::Target::kCpu && cpu_engine) {
+      return bad(fmt::format("--engine {}: {} runs on the CPU: give --target cpu", args.engine,
+                             e->engine->name));
+    }
     engine = *e;
   }
   auto resolved = resolve_checkpoint_arg(args.checkpoint);
@@ -77,12 +74,19 @@ int run_plan(const PlanArgs& args) {
   const bool needs_cpu = target == plan::Target::kCpu || !args.html.empty();
   if (needs_cpu) options.cpu_bandwidth_gbps = cpu_bandwidth_gbps();
   std::vector<plan::Plan> plans;
-  if (target == plan::Target::kCpu || engine) {
+  if (engine) {
     options.engine = engine;
     plans.push_back(plan::make_plan(inspected->manifest, inspected->config, target, options));
   } else {
+    // Side by side: on the CPU, fp4moe's own kernels first, then llama.cpp and kt-kernel (their
+    // problems are warnings: fp4moe's route decides the exit status); on a GPU, every engine.
+    if (target == plan::Target::kCpu) {
+      plans.push_back(plan::make_plan(inspected->manifest, inspected->config, target, options));
+    }
     options.engine_problems_are_errors = false;
-    for (const auto& e : engines::all_engines()) {
+    const auto& list =
+        target == plan::Target::kCpu ? engines::cpu_engines() : engines::all_engines();
+    for (const auto& e : list) {
       options.engine = engines::at_version(e, e.newest());
       plans.push_back(plan::make_plan(inspected->manifest, inspected->config, target, options));
     }
@@ -96,7 +100,7 @@ int run_plan(const PlanArgs& args) {
     std::vector<plan::Plan> all;
     plan::PlanOptions html_options = options;
     html_options.gpu.reset();
-    html_options.engine = engine;
+    html_options.engine = engine && engine->engine->device == "gpu" ? engine : std::nullopt;
     for (plan::Target t : plan::kAllTargets) {
       all.push_back(plan::make_plan(inspected->manifest, inspected->config, t, html_options));
     }
@@ -138,8 +142,9 @@ const CommandRegistrar kPlan{
                       "NAME[xN] from the sourced table: A100, RTX 3090, L40S, H100, H200, B200, "
                       "B300, RTX PRO 6000, RTX 5090, GB10; N GPUs for the fit and the bound");
        app.add_option("--engine", args->engine,
-                      "sglang[@VERSION], vllm[@VERSION] or trtllm: that engine only (default: "
-                      "every engine's newest release side by side)");
+                      "sglang[@VERSION], vllm[@VERSION] or trtllm on a GPU target, llamacpp or "
+                      "ktkernel on --target cpu: that engine only (default: every engine's newest "
+                      "release side by side; on the CPU beside fp4moe's own kernels)");
        app.add_option("--kv-cache-gb", args->kv_cache_gb,
                       "KV-cache budget added to the weights for the fit (default 0)")
            ->check(CLI::NonNegativeNumber);

@@ -41,6 +41,8 @@ std::string conclusions(const Rule& r) {
     if (!out.empty()) out += "; ";
     if (!c.fails.empty()) {
       out += role + ": fails (" + c.fails + ")";
+    } else if (!c.not_run.empty()) {
+      out += role + ": not run (" + c.not_run + ")";
     } else {
       out += fmt::format("{}: {} / {} (reads {}, activations {})", role, c.quant_config, c.method,
                          c.reads, c.activation);
@@ -117,7 +119,8 @@ void engine_section(std::string& out, const Engine& e) {
 
 std::string contract_markdown() {
   std::string out =
-      "# What SGLang, vLLM and TensorRT-LLM detect in an FP4 MoE checkpoint, by version\n\n"
+      "# What SGLang, vLLM and TensorRT-LLM (GPU) and llama.cpp and kt-kernel (CPU) detect in an "
+      "FP4 MoE checkpoint, by version\n\n"
       "Generated from `src/engines/rules/*.json` by `fp4moe doctor --engines-md docs/ENGINES.md`"
       " (a test regenerates it and compares); edit the rules, not this file, except the convert "
       "section at the end. Evidence: *ran* = the engine's own config code was executed on the "
@@ -125,6 +128,7 @@ std::string contract_markdown() {
       "sources, not run. A module group no rule covers is reported as unknown by `fp4moe plan` and "
       "`fp4moe doctor`; nothing is guessed.\n\n";
   for (const auto& e : all_engines()) engine_section(out, e);
+  for (const auto& e : cpu_engines()) engine_section(out, e);
   const Engine& f = format_fallback();
   out += "## Format-level fallback (every engine, after its own rules)\n\n";
   for (const auto& r : f.rules) {

@@ -54,6 +54,7 @@ Path parse_path(std::string_view name) {
   if (name == "fp8") return Path::kFp8;
   if (name == "w8a16") return Path::kW8A16;
   if (name == "bf16") return Path::kBf16;
+  if (name == "cpu") return Path::kCpu;
   return Path::kUnknown;
 }
 
@@ -139,6 +140,12 @@ bool holds(const json& cond, const json& root, const json& module) {
     });
   }
   if (op == "in" || op == "any_in") return any(in_list);
+  if (op == "contains") {  // a substring of a string fact (a tensor name)
+    return any([&](const json& v) {
+      return v.is_string() && want.is_string() &&
+             v.get<std::string>().find(want.get<std::string>()) != std::string::npos;
+    });
+  }
   if (op == "not_in") return !any(in_list);
   FP4MOE_CHECK(false && "unknown op in the engine rules (the rules test catches this)");
   return false;
@@ -155,6 +162,10 @@ Result<Engine> parse_engine_json(const json& j, std::string_view label) {
   e.repo = str(j, "repo");
   e.package_dir_in_checkout = str(j, "package_dir_in_checkout");
   e.releases_source = str(j, "releases_source");
+  if (j.contains("device")) e.device = str(j, "device");
+  if (e.device != "gpu" && e.device != "cpu") {
+    return Error{fmt::format("{}: engine device must be gpu or cpu, not '{}'", label, e.device)};
+  }
   e.releases = strings(j, "releases");
   e.ran = strings(j, "ran");
   if (j.contains("prs")) {
@@ -182,7 +193,7 @@ Result<Engine> parse_engine_json(const json& j, std::string_view label) {
     if (r.contains("modules")) {
       for (const auto& [role, c] : r["modules"].items()) {
         rule.modules[role] = {str(c, "quant_config"), str(c, "method"), str(c, "reads"),
-                              str(c, "activation"), str(c, "fails")};
+                              str(c, "activation"),   str(c, "fails"),  str(c, "not_run")};
       }
     }
     rule.wrong_consequence = str(r, "wrong_consequence");
@@ -229,7 +240,7 @@ Result<Engine> parse_engine_json(const json& j, std::string_view label) {
 }
 
 struct Tables {
-  std::vector<Engine> engines;
+  std::vector<Engine> engines, cpu;
   Engine fallback;
 };
 
@@ -242,6 +253,8 @@ const Tables& tables() {
       FP4MOE_CHECK(e.ok());
       if (e->id == "*") {
         out.fallback = std::move(e).value();
+      } else if (e->device == "cpu") {
+        out.cpu.push_back(std::move(e).value());
       } else {
         out.engines.push_back(std::move(e).value());
       }
@@ -288,6 +301,8 @@ std::string_view path_name(Path path) {
       return "W8A16 tensor cores";
     case Path::kBf16:
       return "BF16 tensor cores";
+    case Path::kCpu:
+      return "CPU SIMD";
     case Path::kUnknown:
       return "unknown";
   }
@@ -304,6 +319,8 @@ std::string_view outcome_name(Outcome outcome) {
       return "fails";
     case Outcome::kUnknown:
       return "unknown";
+    case Outcome::kNotRun:
+      return "not_run";
   }
   return "unknown";
 }
@@ -329,19 +346,24 @@ Result<Engine> parse_engine(std::string_view text, std::string_view label) {
 }
 
 const std::vector<Engine>& all_engines() { return tables().engines; }
+const std::vector<Engine>& cpu_engines() { return tables().cpu; }
 const Engine& format_fallback() { return tables().fallback; }
 
 const Engine* find_engine(std::string_view engine_id) {
-  for (const auto& e : all_engines()) {
-    if (e.id == engine_id) return &e;
+  for (const auto* list : {&all_engines(), &cpu_engines()}) {
+    for (const auto& e : *list) {
+      if (e.id == engine_id) return &e;
+    }
   }
   return nullptr;
 }
 
 const Rule* find_rule(std::string_view rule_id) {
-  for (const auto& e : all_engines()) {
-    for (const auto& r : e.rules) {
-      if (r.id == rule_id) return &r;
+  for (const auto* list : {&all_engines(), &cpu_engines()}) {
+    for (const auto& e : *list) {
+      for (const auto& r : e.rules) {
+        if (r.id == rule_id) return &r;
+      }
     }
   }
   for (const auto& r : format_fallback().rules) {
@@ -410,7 +432,9 @@ Result<EngineAt> parse_engine_spec(std::string_view spec) {
   const std::string_view name = spec.substr(0, at);
   const Engine* engine = find_engine(name);
   if (engine == nullptr) {
-    return Error{fmt::format("unknown engine '{}': expected sglang, vllm or trtllm", name)};
+    return Error{fmt::format(
+        "unknown engine '{}': expected sglang, vllm or trtllm (GPU), llamacpp or ktkernel (CPU)",
+        name)};
   }
   if (at == std::string_view::npos) return at_version(*engine, engine->newest());
   const std::string_view version = spec.substr(at + 1);
@@ -494,6 +518,11 @@ Verdict evaluate(const EngineAt& at, const Facts& facts, const detect::ModuleGro
     return v;
   }
   const Conclusion& c = v.conclusion;
+  if (!c.not_run.empty()) {
+    v.outcome = Outcome::kNotRun;
+    v.why = c.not_run;
+    return v;
+  }
   v.outcome = Outcome::kOk;
   if (!c.fails.empty()) {
     v.outcome = Outcome::kFails;

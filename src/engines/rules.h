@@ -1,4 +1,5 @@
-// What SGLang, vLLM and TensorRT-LLM detect in a checkpoint and which kernel they run, by version:
+// What SGLang, vLLM and TensorRT-LLM (on GPUs) and llama.cpp and kt-kernel (on the CPU) detect in a
+// checkpoint and which kernel they run, by version:
 // the rules are data (src/engines/rules/*.json, embedded at build time, each row with its source);
 // this is the small evaluator every consumer (plan, doctor, docs/ENGINES.md) reads them through.
 #pragma once
@@ -32,6 +33,8 @@ struct Conclusion {
   std::string reads;         // the format the method reads the bytes as (detect::Scheme names)
   std::string activation;    // detect::Activation names: what the method expects of activations
   std::string fails;         // non-empty: the engine refuses the checkpoint with this error
+  std::string not_run;       // non-empty: the engine leaves this module to another (kt-kernel:
+                             // everything but the routed experts runs in the GPU engine)
 };
 
 struct FlagNote {
@@ -50,7 +53,8 @@ struct Rule {
   Source source;
 };
 
-enum class Path { kNativeFp4, kW4A16, kFp8, kW8A16, kBf16, kUnknown };
+// kCpu: a CPU engine's SIMD kernel (its precision says what the activations are).
+enum class Path { kNativeFp4, kW4A16, kFp8, kW8A16, kBf16, kCpu, kUnknown };
 std::string_view path_name(Path path);
 
 struct Backend {
@@ -73,6 +77,7 @@ struct Pr {
 
 struct Engine {
   std::string id, name, package, repo, package_dir_in_checkout, releases_source;
+  std::string device = "gpu";  // "gpu", or "cpu": its backends name the architecture "cpu"
   std::vector<std::string> releases, ran;
   std::vector<Pr> prs;
   std::vector<Marker> markers;
@@ -85,9 +90,11 @@ struct Engine {
 
 // SGLang, vLLM, TensorRT-LLM, in that order (the format-level fallback is not among them).
 const std::vector<Engine>& all_engines();
+// llama.cpp and kt-kernel: the engines `plan --target cpu` shows beside fp4moe's own kernels.
+const std::vector<Engine>& cpu_engines();
 const Engine& format_fallback();
-const Engine* find_engine(std::string_view id);
-const Rule* find_rule(std::string_view id);  // in any engine, the fallback included
+const Engine* find_engine(std::string_view id);  // GPU or CPU engine
+const Rule* find_rule(std::string_view id);      // in any engine, the fallback included
 // Parses rules JSON; the embedded files go through it once. Errors name the file and the key.
 Result<Engine> parse_engine(std::string_view text, std::string_view label);
 
@@ -115,7 +122,8 @@ struct Facts {
 };
 Facts make_facts(const detect::InspectedDirectory& inspected, const std::filesystem::path& dir);
 
-enum class Outcome { kOk, kWrong, kFails, kUnknown };
+// kNotRun: the engine does not run this module itself (Conclusion::not_run says who does).
+enum class Outcome { kOk, kWrong, kFails, kUnknown, kNotRun };
 std::string_view outcome_name(Outcome outcome);
 
 struct Verdict {
@@ -128,7 +136,8 @@ struct Verdict {
   std::vector<std::string> fixes;  // launch flags, versions, PRs, convert commands
 };
 
-// `arch` is "sm_80" ... "sm_121"; empty = no GPU chosen (no backend looked up).
+// `arch` is "sm_80" ... "sm_121", or "cpu" for a CPU engine; empty = none chosen (no backend
+// looked up).
 Verdict evaluate(const EngineAt& engine, const Facts& facts, const detect::ModuleGroup& group,
                  std::string_view arch);
 

@@ -96,4 +96,29 @@ Result<GpuChoice> parse_gpu(std::string_view spec) {
   return Error{fmt::format("unknown GPU '{}': expected one of {} (optionally xN)", spec, known)};
 }
 
+Result<std::optional<TargetChoice>> parse_target_choice(std::string_view target,
+                                                        std::string_view gpu) {
+  std::optional<GpuChoice> g;
+  if (!gpu.empty()) {
+    auto parsed = parse_gpu(gpu);
+    if (!parsed.ok()) return Error{parsed.error().message, ErrorKind::kBadInput};
+    g = *parsed;
+  }
+  if (!target.empty()) {
+    auto t = parse_target(target);
+    if (!t.ok()) return Error{t.error().message, ErrorKind::kBadInput};
+    if (g && g->device.target != *t) {
+      return Error{fmt::format("--gpu {} is {}, not --target {}", gpu,
+                               target_name(g->device.target), target),
+                   ErrorKind::kBadInput};
+    }
+    return std::optional<TargetChoice>(TargetChoice{*t, g, fmt::format("--target {}", target)});
+  }
+  if (g) {
+    return std::optional<TargetChoice>(TargetChoice{
+        g->device.target, g, fmt::format("--gpu {} ({})", gpu, target_name(g->device.target))});
+  }
+  return std::optional<TargetChoice>();
+}
+
 }  // namespace fp4moe::plan

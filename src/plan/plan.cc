@@ -65,6 +65,8 @@ HardwarePath from_engine_path(engines::Path path) {
       return HardwarePath::kW8A16TensorCores;
     case engines::Path::kBf16:
       return HardwarePath::kBf16TensorCores;
+    case engines::Path::kCpu:
+      return HardwarePath::kCpuSimd;
     case engines::Path::kUnknown:
       return HardwarePath::kUnknown;
   }
@@ -92,6 +94,7 @@ Route route_engine(const engines::EngineAt& engine, const engines::Facts& facts,
     if (!v.backend->builds.empty()) m.method = v.backend->builds;
   }
   if (v.rule == nullptr) return {HardwarePath::kUnknown, "unknown", v.why};
+  if (v.outcome == engines::Outcome::kNotRun) return {HardwarePath::kNotRunHere, "-", v.why};
   if (!v.conclusion.fails.empty()) return {HardwarePath::kNoKernel, "none", v.why};
   if (v.backend == nullptr) {
     std::string why =
@@ -267,6 +270,7 @@ namespace {
 void add_engine_findings(Plan& plan, const ModulePlan& m, const std::string& what, Target target,
                          const PlanOptions& options) {
   // An ok route with a note and fixes: the kernel runs but on placeholder activation scales.
+  if (m.outcome == "not_run") return;  // another engine runs it (the note says which)
   if (m.outcome == "ok" && (m.note.empty() || m.fixes.empty())) return;
   std::string message =
       fmt::format("{}: {} on {}: {}", what, plan.engine_label, target_name(target), m.note);
@@ -298,7 +302,10 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
   if (target == Target::kCpu) plan.device.memory_gbps = options.cpu_bandwidth_gbps;
   const engines::EngineAt engine = options.engine.value_or(
       engines::at_version(engines::all_engines().front(), engines::all_engines().front().newest()));
-  if (target == Target::kCpu) {
+  // On the CPU target: fp4moe's own kernels, or a CPU engine's rules when one is given.
+  const bool own_cpu =
+      target == Target::kCpu && !(options.engine && options.engine->engine->device == "cpu");
+  if (own_cpu) {
     plan.engine = "fp4moe-cpu";
     plan.engine_label = "fp4moe CPU kernels";
   } else {
@@ -317,8 +324,8 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     if (group.role == Role::kOther || group.spec.scheme == Scheme::kAbsent) continue;
     ModulePlan m;
     m.group = group;
-    Route route = target == Target::kCpu ? route_cpu(group.spec.scheme, group.role)
-                                         : route_engine(engine, facts, group, target, m);
+    Route route = own_cpu ? route_cpu(group.spec.scheme, group.role)
+                          : route_engine(engine, facts, group, target, m);
     if (group.role == Role::kEmbedding) {
       route = {HardwarePath::kNotRunHere, "row gather",
                "an embedding is a table lookup, not a GEMM"};
@@ -326,6 +333,12 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     m.path = route.path;
     m.kernel = route.kernel;
     m.note = route.note;
+    if (own_cpu && m.path == HardwarePath::kCpuSimd) {
+      // route_cpu picks the exact family (kernels/types.h): weights decoded, activations in F32.
+      m.precision = group.spec.scheme == Scheme::kFp8Block
+                        ? "W8A16: FP8 decoded exactly, F32 activations and sums"
+                        : "W4A16: FP4 decoded exactly, F32 activations and sums";
+    }
     // Batch-1 decode reads each dense module once per token, top_k of the routed experts, and one
     // row of the embedding table.
     double fraction = 1.0;
@@ -346,14 +359,14 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
     if (peak > 0) seconds = std::max(seconds, flops / peak);
     const bool engine_problem = m.outcome == "wrong" || m.outcome == "fails";
     if (m.path == HardwarePath::kUnknown || engine_problem) seconds = std::nan("");
-    if (m.path == HardwarePath::kNoKernel) seconds = target == Target::kCpu ? 0 : std::nan("");
+    if (m.path == HardwarePath::kNoKernel) seconds = own_cpu ? 0 : std::nan("");
     if (m.path == HardwarePath::kNotRunHere && group.role != Role::kEmbedding) seconds = 0;
     m.time_us = seconds * 1e6;
     const std::string what = fmt::format("{} ({}, {})", group.name, detect::to_string(group.role),
                                          detect::to_string(group.spec.scheme));
     switch (m.path) {
       case HardwarePath::kNoKernel:
-        if (target == Target::kCpu) {  // a GPU engine's failure is an engine finding below
+        if (own_cpu) {  // an engine's failure is an engine finding below
           plan.findings.push_back(
               {detect::Severity::kError, "no_kernel",
                fmt::format("{}: no kernel on {}: {}", what, target_name(target), m.note)});
@@ -369,7 +382,7 @@ Plan make_plan(const detect::Manifest& manifest, const nlohmann::json& config, T
       case HardwarePath::kNotRunHere:
         break;
     }
-    if (target != Target::kCpu) add_engine_findings(plan, m, what, target, options);
+    if (!own_cpu) add_engine_findings(plan, m, what, target, options);
     if (group.role != Role::kMtpExperts && group.role != Role::kMtpOther) {
       plan.bytes_per_token += m.bytes_per_token;
       plan.time_us += m.time_us;

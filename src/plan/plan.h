@@ -59,6 +59,17 @@ struct GpuChoice {
 // "B200", "b200x8", "RTX PRO 6000x2", "rtx-5090": case, spaces, '-' and '_' do not matter.
 Result<GpuChoice> parse_gpu(std::string_view spec);
 
+// `--target T` and `--gpu NAME[xN]` as `plan` and `doctor` take them: a GPU sets the target, and
+// both together must agree. `from` says which flag chose the target, for the report.
+struct TargetChoice {
+  Target target = Target::kCpu;
+  std::optional<GpuChoice> gpu;
+  std::string from;
+};
+// nullopt: neither flag was given (each command says what it does then); errors are bad input.
+Result<std::optional<TargetChoice>> parse_target_choice(std::string_view target,
+                                                        std::string_view gpu);
+
 struct ModulePlan {
   detect::ModuleGroup group;
   std::string kernel;

@@ -2,6 +2,7 @@
 // whole --json document, and whether the weights plus a KV-cache budget fit on the GPUs.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -76,15 +77,22 @@ std::string side_by_side_table(const std::vector<Plan>& plans) {
     for (const auto& p : plans) {
       if (i >= p.modules.size()) continue;
       const ModulePlan& m = p.modules[i];
-      out += fmt::format("  {:<22} {:<7} {}{} -> {} [{}]\n", p.engine_label, m.outcome,
-                         m.method.empty() ? "-" : m.method,
-                         m.reads.empty() ? "" : " reads " + m.reads, m.kernel, path_name(m.path));
+      out +=
+          fmt::format("  {:<22} {:<7} {}{} -> {} [{}{}]\n", p.engine_label, m.outcome,
+                      m.method.empty() ? "-" : m.method, m.reads.empty() ? "" : " reads " + m.reads,
+                      m.kernel, path_name(m.path), m.precision.empty() ? "" : "; " + m.precision);
     }
     i = j;
   }
   for (const auto& p : plans) {
+    // kt-kernel runs the routed experts only, fp4moe's CPU kernels the MoE layers: their bound
+    // covers what they run, which the line says.
+    const bool partial = std::any_of(p.modules.begin(), p.modules.end(), [](const ModulePlan& m) {
+      return m.path == HardwarePath::kNotRunHere && m.group.role != detect::Role::kEmbedding;
+    });
     out += fmt::format(
-        "{}: decode at batch 1 (MTP excluded): lower bound {} us per token\n", p.engine_label,
+        "{}: decode at batch 1 (MTP excluded{}): lower bound {} us per token\n", p.engine_label,
+        partial ? "; only the modules it runs" : "",
         std::isnan(p.time_us) ? std::string("unknown") : fmt::format("{:.1f}", p.time_us));
   }
   std::set<std::string> seen;  // a finding of the checkpoint itself comes once, not per engine

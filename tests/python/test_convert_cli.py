@@ -218,9 +218,14 @@ def test_convert_engine_check(tmp_path, rng):
     w4a16 = run("convert", src, tmp_path / "w4a16", "--dialect", "w4a16_nvfp4", "--engine", "vllm",
                 check=False)
     assert w4a16.returncode == 1 and "Mxfp4MoEMethod" in w4a16.stderr
+    # A CPU engine's rules check the output too: llama.cpp's converter cannot turn DeepSeek-V4 NVFP4
+    # experts into a GGUF, so converting for it publishes nothing.
+    llama = run("convert", src, tmp_path / "llama", "--engine", "llamacpp", check=False)
+    assert llama.returncode == 1 and "rule llamacpp.dsv4.nvfp4_refused" in llama.stderr, llama.stderr
+    assert "Missing routed expert tensors" in llama.stderr
     unknown = run("convert", src, tmp_path / "unknown", "--engine", "sglang@9.9", check=False)
     assert unknown.returncode == 2 and "sglang@9.9" in unknown.stderr
-    for name in ("old", "w4a16", "unknown"):
+    for name in ("old", "w4a16", "llama", "unknown"):
         assert not (tmp_path / name).exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name], "no temporary left behind"
 

@@ -148,6 +148,60 @@ def test_site_packages_version_from_dist_info(ckpt, tmp_path):
     assert doc["engines"][0]["version"] == "0.5.14"
 
 
+def sglang_site(tmp_path, version="0.5.14"):
+    site = tmp_path / "site-packages"
+    write_sglang(site, True)
+    info = site / f"sglang-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Name: sglang\nVersion: {version}\n")
+    return site
+
+
+def test_target_names_the_kernel_per_architecture(ckpt, tmp_path):
+    """--target / --gpu (plan's table and parsing): the rules' backend for that architecture."""
+    site = sglang_site(tmp_path)
+    # No target: said, and no kernel is named.
+    proc, doc = doctor_json(ckpt, "--engine", site)
+    assert doc["target"]["name"] is None and doc["target"]["from"].startswith("none")
+    assert all(m["kernel"] is None for m in doc["engines"][0]["modules"])
+    assert "target: none" in run("doctor", ckpt, "--engine", site).stdout
+    # sm_100 (B200 by default): SGLang 0.5.14 runs NVIDIA's NVFP4 experts on the TRT-LLM-gen
+    # routed kernel (native FP4), the MTP experts on the SM100-only MXFP4 kernel: all right.
+    proc, doc = doctor_json(ckpt, "--engine", site, "--target", "sm_100")
+    assert proc.returncode == 0, proc.stdout
+    assert doc["target"] == {"name": "sm_100", "from": "--target sm_100", "gpu": "B200", "gpu_count": 1}
+    (e,) = doc["engines"]
+    routed = [m for m in e["modules"] if m["role"] == "routed_experts"]
+    assert routed and all(m["kernel"]["backend"] == "sglang.moe.nvfp4.trtllm_routed.sm100" and
+                          m["kernel"]["path"] == "native FP4 tensor cores" for m in routed)
+    assert all(any(a["flags"] == "--moe-runner-backend marlin" for a in m["alternatives"]) for m in routed)
+    mtp = [m for m in e["modules"] if m["role"] == "mtp_experts"]
+    assert mtp and all(m["outcome"] == "ok" and m["kernel"]["backend"] == "sglang.moe.mxfp4_hybrid_mtp"
+                       for m in mtp)
+    # sm_120 (an RTX PRO 6000 pair): 0.5.14 keeps DeepSeek-V4's SM120 auto -> Marlin W4A16 for the
+    # routed experts, and the MTP experts' kernel does not run there: exit 1 with the fix.
+    proc, doc = doctor_json(ckpt, "--engine", site, "--gpu", "RTX PRO 6000x2")
+    assert proc.returncode == 1, proc.stdout
+    assert doc["target"]["name"] == "sm_120" and doc["target"]["gpu_count"] == 2
+    assert doc["target"]["from"] == "--gpu RTX PRO 6000x2 (sm_120)"
+    (e,) = doc["engines"]
+    routed = [m for m in e["modules"] if m["role"] == "routed_experts"]
+    assert all(m["kernel"]["backend"] == "sglang.moe.nvfp4.sm120_auto_marlin" and
+               m["kernel"]["path"] == "W4A16 tensor cores (Marlin-class)" for m in routed)
+    mtp = [m for m in e["modules"] if m["role"] == "mtp_experts"]
+    assert mtp and all(m["outcome"] == "fails" and "runs only on sm_100" in m["why"] for m in mtp)
+    assert any("#40173" in f for m in mtp for f in m["fixes"])
+    text = run("doctor", ckpt, "--engine", site, "--target", "sm_120").stdout
+    assert "target: sm_120 from --target sm_120" in text and "kernel on sm_120: Marlin W4A16 NVFP4" in text
+    # Bad input: plan's own messages, exit 2, before anything else is read.
+    for args, message in ((("--target", "sm_75"), "unknown target 'sm_75'"),
+                          (("--gpu", "V100"), "unknown GPU 'V100'"),
+                          (("--gpu", "B200", "--target", "sm_120"), "--gpu B200 is sm_100, not --target sm_120"),
+                          (("--target", "cpu"), "plan DIR --target cpu")):
+        proc = run("doctor", ckpt, "--engine", site, *args)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+
+
 def test_vllm_before_pr_42209(ckpt, tmp_path):
     site = tmp_path / "site-packages"
     (site / "vllm" / "model_executor" / "models").mkdir(parents=True)

@@ -179,12 +179,59 @@ def test_target_defaults_are_said(mxfp4_ckpt):
 def test_cpu_names_this_hosts_kernels(mxfp4_ckpt):
     proc, doc = plan_json(mxfp4_ckpt, "--target", "cpu")
     assert proc.returncode == 0, proc.stderr
-    (plan,) = doc["plans"]
+    plan = doc["plans"][0]
     assert plan["engine"] == "fp4moe-cpu" and plan["device"]["memory_gbps"] > 0
     assert sorted(m["name"] for m in routed(plan)) == DSV4_ROUTED_GROUPS
     assert all(m["path"] == "CPU SIMD" and "mxfp4" in m["kernel"] for m in routed(plan))
     shared = [m for m in plan["modules"] if m["role"] == "shared_experts"]
     assert shared and all("fp8" in m["kernel"] for m in shared)
+
+
+def test_cpu_engines_beside_fp4moe(mxfp4_ckpt, nvfp4_ckpt):
+    """llama.cpp and kt-kernel, from their rules (src/engines/rules/{llamacpp,ktkernel}.json)."""
+    proc, doc = plan_json(mxfp4_ckpt, "--target", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    plans = by_engine(doc)
+    assert [p["engine"] for p in doc["plans"]] == ["fp4moe-cpu", "llamacpp", "ktkernel"]
+    llama, kt = plans["llamacpp"], plans["ktkernel"]
+    assert llama["version"] == "0.3.36" and kt["version"] == "0.7.2"
+    assert llama["device"]["memory_gbps"] > 0
+    for m in routed(llama):  # stock DeepSeek-V4: lossless GGML MXFP4, int8 activations
+        assert m["method"] == "GGML MXFP4" and m["path"] == "CPU SIMD" and m["outcome"] == "ok"
+        assert "ggml_vec_dot_mxfp4_q8_0" in m["kernel"] and "Q8_0" in m["precision"]
+        assert m["rule"] == "llamacpp.dsv4.mxfp4_experts" and "deepseek.py:721" in m["rule_source"]
+    shared = [m for m in llama["modules"] if m["role"] == "shared_experts"]
+    assert shared and all(m["method"] == "GGML Q8_0" for m in shared)
+    for m in routed(kt):
+        assert m["outcome"] == "ok" and "AMXFP4_KGroup_MOE" in m["kernel"]
+    attention = [m for m in kt["modules"] if m["role"] == "attention"]
+    assert attention and all(m["outcome"] == "not_run" and m["path"] == "not run here"
+                             for m in attention)
+    assert routed(llama)[0]["time_us"] > 0  # the same measured bandwidth as fp4moe's bound
+    # Side by side, what each does to the activations: fp4moe exact W4A16, llama.cpp Q8_0 (W4A8),
+    # kt-kernel BF16 (W4A16).
+    assert all(m["precision"].startswith("W4A16") for m in routed(plans["fp4moe-cpu"]))
+    assert all(m["precision"].startswith("W4A8") for m in routed(llama))
+    assert all(m["precision"].startswith("W4A16") for m in routed(kt))
+    # NVIDIA's DeepSeek-V4 NVFP4: llama.cpp cannot convert it, kt-kernel finds no loader for its
+    # expert names; fp4moe's own kernels run it, so the exit status stays 0 (warnings only).
+    proc, doc = plan_json(nvfp4_ckpt, "--target", "cpu")
+    assert proc.returncode == 0, proc.stdout
+    plans = by_engine(doc)
+    assert all(m["outcome"] == "fails" and m["path"] == "NO KERNEL"
+               for m in plans["llamacpp"]["modules"]
+               if m["role"] not in ("mtp_experts", "mtp_other", "embedding"))
+    assert all(m["outcome"] == "fails" for m in routed(plans["ktkernel"]))
+    assert all(m["path"] == "CPU SIMD" and "nvfp4" in m["kernel"] for m in routed(plans["fp4moe-cpu"]))
+    warnings = [f for f in plans["llamacpp"]["findings"] if f["code"] == "engine_fails"]
+    assert warnings and all(f["severity"] == "warning" for f in warnings)
+    text = run("plan", nvfp4_ckpt, "--target", "cpu").stdout
+    assert "llama.cpp" in text and "kt-kernel" in text and "Missing routed expert tensors" in text
+    # One CPU engine alone; a CPU engine on a GPU target is bad input.
+    proc, doc = plan_json(mxfp4_ckpt, "--target", "cpu", "--engine", "ktkernel@0.7.2")
+    assert proc.returncode == 0 and [p["engine"] for p in doc["plans"]] == ["ktkernel"]
+    proc = run("plan", mxfp4_ckpt, "--target", "sm_90", "--engine", "llamacpp")
+    assert proc.returncode == 2 and "runs on the CPU" in proc.stderr
 
 
 def test_bf16_experts_on_the_cpu_are_a_note_not_a_failure(tmp_path):

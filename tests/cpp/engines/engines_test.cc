@@ -24,8 +24,14 @@ using nlohmann::json;
 
 TEST(EngineRules, EveryFileParsesWithSourcesAndUniqueIds) {
   ASSERT_EQ(all_engines().size(), 3u);
+  ASSERT_EQ(cpu_engines().size(), 2u);
+  std::vector<const Engine*> engines;
+  for (const auto* list : {&all_engines(), &cpu_engines()}) {
+    for (const auto& e : *list) engines.push_back(&e);
+  }
   std::set<std::string> ids;
-  for (const auto& e : all_engines()) {
+  for (const Engine* engine : engines) {
+    const Engine& e = *engine;
     EXPECT_FALSE(e.releases.empty()) << e.id;
     for (const auto& r : e.rules) {
       EXPECT_TRUE(ids.insert(r.id).second) << "duplicate rule id " << r.id;
@@ -41,7 +47,7 @@ TEST(EngineRules, EveryFileParsesWithSourcesAndUniqueIds) {
         bool known_role = role == "*";
         for (Role x : detect::kAllRoles) known_role = known_role || detect::to_string(x) == role;
         EXPECT_TRUE(known_role) << r.id << " " << role;
-        if (c.fails.empty()) {
+        if (c.fails.empty() && c.not_run.empty()) {
           EXPECT_TRUE(detect::scheme_from_string(c.reads)) << r.id << " " << c.reads;
         }
       }
@@ -49,6 +55,8 @@ TEST(EngineRules, EveryFileParsesWithSourcesAndUniqueIds) {
     for (const auto& b : e.backends) {
       EXPECT_TRUE(ids.insert(b.id).second) << "duplicate backend id " << b.id;
       EXPECT_FALSE(b.source.evidence.empty()) << b.id;
+      // A CPU engine's kernels run on "cpu" only, a GPU engine's never there.
+      for (const auto& arch : b.archs) EXPECT_EQ(arch == "cpu", e.device == "cpu") << b.id;
     }
     for (const auto& p : e.prs) {
       for (const auto& m : p.markers) EXPECT_NE(e.find_marker(m), nullptr) << p.id << " " << m;
@@ -299,9 +307,119 @@ TEST(EngineRules, RuleIdsCitedInDetectAndCheckExist) {
 
 TEST(EngineRules, ContractMarkdownNamesEveryRule) {
   const std::string md = contract_markdown();
-  for (const auto& e : all_engines()) {
-    for (const auto& r : e.rules) EXPECT_NE(md.find("`" + r.id + "`"), std::string::npos) << r.id;
+  for (const auto* list : {&all_engines(), &cpu_engines()}) {
+    for (const auto& e : *list) {
+      for (const auto& r : e.rules) {
+        EXPECT_NE(md.find("`" + r.id + "`"), std::string::npos) << r.id;
+      }
+    }
   }
+}
+
+// ---- the CPU engines: llama.cpp (through convert_hf_to_gguf.py) and kt-kernel -----------------
+
+Facts with_tensor(Facts f, const char* name) {
+  f.root["tensor"]["routed_expert_tensor"] = name;
+  return f;
+}
+Facts stock_named() { return with_tensor(stock(), "layers.0.ffn.experts.0.w1.weight"); }
+Facts nvidia_named() { return with_tensor(nvidia(), "layers.0.ffn.experts.0.w1.weight"); }
+Facts modelopt_qwen() {  // a ModelOpt NVFP4 checkpoint with HF expert names (Qwen3-MoE style)
+  json c = {{"architectures", {"Qwen3MoeForCausalLM"}},
+            {"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}}};
+  return with_tensor(facts_of(c, nullptr, "U8"), "model.layers.0.mlp.experts.0.gate_proj.weight");
+}
+Facts gpt_oss() {
+  json c = {{"architectures", {"GptOssForCausalLM"}},
+            {"quantization_config", {{"quant_method", "mxfp4"}}}};
+  return facts_of(c, nullptr, nullptr);
+}
+const ModuleGroup kAttentionFp8 = group(Role::kAttention, Scheme::kFp8Block, Activation::kNone);
+
+TEST(CpuEngines, SpecsAndDevices) {
+  auto l = parse_engine_spec("llamacpp");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->engine->device, "cpu");
+  EXPECT_EQ(l->version, "0.3.36");
+  EXPECT_EQ(parse_engine_spec("ktkernel@0.7.2")->engine->name, "kt-kernel");
+  EXPECT_FALSE(parse_engine_spec("ktkernel@0.1.0").ok());
+  EXPECT_NE(find_rule("llamacpp.dsv4.nvfp4_refused"), nullptr);
+}
+
+TEST(CpuEngines, LlamaCppConvertsStockMxfp4AndRefusesDeepseekV4Nvfp4) {
+  Verdict routed = at("llamacpp", stock_named(), kRoutedMxfp4, "cpu");
+  EXPECT_EQ(routed.outcome, Outcome::kOk);
+  EXPECT_EQ(routed.conclusion.method, "GGML MXFP4");
+  ASSERT_NE(routed.backend, nullptr);
+  EXPECT_EQ(routed.backend->path, Path::kCpu);
+  EXPECT_NE(routed.backend->kernel.find("ggml_vec_dot_mxfp4_q8_0"), std::string::npos);
+  EXPECT_NE(routed.backend->precision.find("Q8_0"), std::string::npos);
+  // DeepSeek-V4's FP8 attention becomes Q8_0 whatever --outtype says.
+  EXPECT_EQ(at("llamacpp", stock_named(), kAttentionFp8, "cpu").conclusion.method, "GGML Q8_0");
+  // The MTP layers are not in the main GGUF.
+  EXPECT_EQ(at("llamacpp", stock_named(), kMtpMxfp4, "cpu").outcome, Outcome::kNotRun);
+  // NVIDIA's NVFP4 and fp4moe's converted output: no GGUF at all, every module group fails.
+  for (const Facts& f : {nvidia_named(), converted()}) {
+    for (const ModuleGroup& g : {kRoutedNvfp4, kAttentionFp8}) {
+      Verdict v = at("llamacpp", f, g, "cpu");
+      EXPECT_EQ(v.outcome, Outcome::kFails);
+      EXPECT_NE(v.why.find("Missing routed expert tensors"), std::string::npos) << v.why;
+    }
+  }
+  // A ModelOpt NVFP4 checkpoint with HF expert names becomes GGML NVFP4 (no CPU repack).
+  Verdict q = at("llamacpp", modelopt_qwen(), kRoutedNvfp4WeightOnly, "cpu");
+  EXPECT_EQ(q.conclusion.method, "GGML NVFP4");
+  ASSERT_NE(q.backend, nullptr);
+  EXPECT_NE(q.backend->kernel.find("ggml_vec_dot_nvfp4_q8_0"), std::string::npos);
+  // Without the tensor names (configs only) the rule cannot tell: unknown, not guessed.
+  json c = modelopt_qwen().root["config"];
+  EXPECT_EQ(at("llamacpp", facts_of(c, nullptr, "U8"), kRoutedNvfp4, "cpu").outcome,
+            Outcome::kUnknown);
+  EXPECT_EQ(at("llamacpp", gpt_oss(), kRoutedMxfp4, "cpu").conclusion.method, "GGML MXFP4");
+  // ModelOpt NVFP4 experts under other names (MiniMax-M2's w1/w2/w3): no GGUF either.
+  json minimax = {{"architectures", {"MiniMaxM2ForCausalLM"}},
+                  {"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}}};
+  Verdict mm = at("llamacpp",
+                  with_tensor(facts_of(minimax, nullptr, "U8"),
+                              "model.layers.0.block_sparse_moe.experts.0.w1.weight"),
+                  kAttentionFp8, "cpu");
+  EXPECT_EQ(mm.outcome, Outcome::kFails);
+  EXPECT_EQ(mm.rule->id, "llamacpp.nvfp4.expert_names_unmapped");
+}
+
+TEST(CpuEngines, KtKernelLoadersByLayout) {
+  Verdict dsv4 = at("ktkernel", stock_named(), kRoutedMxfp4, "cpu");
+  EXPECT_EQ(dsv4.outcome, Outcome::kOk);
+  ASSERT_NE(dsv4.backend, nullptr);
+  EXPECT_NE(dsv4.backend->kernel.find("AMXFP4_KGroup_MOE"), std::string::npos);
+  // Everything but the routed experts runs in the GPU engine kt-kernel is paired with.
+  EXPECT_EQ(at("ktkernel", stock_named(), kAttentionFp8, "cpu").outcome, Outcome::kNotRun);
+  // NVFP4: only the HF expert names load, and only on the AVX2 FP4 kernel.
+  Verdict q = at("ktkernel", modelopt_qwen(), kRoutedNvfp4WeightOnly, "cpu");
+  EXPECT_EQ(q.outcome, Outcome::kOk);
+  ASSERT_NE(q.backend, nullptr);
+  EXPECT_EQ(q.backend->kernel.rfind("AVX2MXFP4_MOE only", 0), 0u) << q.backend->kernel;
+  EXPECT_EQ(at("ktkernel", nvidia_named(), kRoutedNvfp4, "cpu").outcome, Outcome::kFails);
+  // Compressed-tensors INT4 (Kimi-K2.5 style): kt-kernel's RAWINT4 keeps 4 bits, llama.cpp's
+  // converter dequantizes to 16 bits.
+  json kimi = {{"architectures", {"KimiK25ForConditionalGeneration"}},
+               {"quantization_config",
+                {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}}}};
+  const ModuleGroup int4 = group(Role::kRoutedExperts, Scheme::kInt4, Activation::kNone);
+  Verdict k = at("ktkernel", facts_of(kimi, nullptr, "I32"), int4, "cpu");
+  ASSERT_NE(k.backend, nullptr);
+  EXPECT_NE(k.backend->kernel.find("AMXInt4_KGroup_MOE"), std::string::npos);
+  EXPECT_EQ(at("llamacpp", facts_of(kimi, nullptr, "I32"), int4, "cpu").conclusion.method,
+            "GGML BF16/F16 (dequantized INT4)");
+  // FP8 per-channel experts need the AVX-512 VBMI build: there is no AVX2 kernel for them.
+  Verdict pc = at("ktkernel", stock(),
+                  group(Role::kRoutedExperts, Scheme::kFp8Channel, Activation::kNone), "cpu");
+  ASSERT_NE(pc.backend, nullptr);
+  EXPECT_NE(pc.backend->kernel.find("AMXFP8PerChannel_MOE only"), std::string::npos);
+  // gpt-oss's fused MXFP4 experts have no kt-kernel loader.
+  Verdict g = at("ktkernel", gpt_oss(), kRoutedMxfp4, "cpu");
+  EXPECT_EQ(g.outcome, Outcome::kFails);
+  EXPECT_NE(g.why.find("_blocks"), std::string::npos);
 }
 
 }  // namespace
