@@ -434,8 +434,8 @@ struct Reader {
                    "sglang.dsv4.fp4_probe_as_mxfp4); SGLang >= 0.5.14 and vLLM >= 0.22.0 route "
                    "them to their ModelOpt NVFP4 MoE only for moe_quant_algo exactly NVFP4 "
                    "(rules sglang.dsv4.nvfp4_hybrid, vllm.dsv4.nvfp4); TensorRT-LLM ignores the "
-                   "key and probes the expert dtype (rule trtllm.dsv4.probe_nvfp4). fp4moe "
-                   "doctor / plan --engine apply them to this checkpoint");
+                   "key and probes the expert dtype (rule trtllm.dsv4.probe_nvfp4). `fp4moe "
+                   "plan DIR --target sm_100` (your GPU's sm_XX) applies them to this checkpoint");
         }
         if (const json* ig = jsonu::member(q, "ignore")) {
           DETECT_ASSIGN(sec.excludes, read_patterns(*ig, file + " ignore"));
@@ -515,7 +515,29 @@ std::optional<Scheme> kv_scheme(const json& v) {
   return std::nullopt;
 }
 
+namespace {
+
+// The role a module's claim is judged by. An MTP layer's own token embedding and output head
+// (DeepSeek-V3's model.layers.{N}.embed_tokens and .shared_head.head) are grouped as MTP modules
+// but are an embedding and an output head: no dialect converts them (the V3 FP8 release keeps
+// them BF16 like model.embed_tokens and lm_head), so they are claimed as such.
+Role claim_role(std::string_view module, Role role) {
+  if (role != Role::kMtpOther) return role;
+  const size_t dot = module.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? module : module.substr(dot + 1);
+  if (last == "embed_tokens" || last == "embeddings" || last == "embed") return Role::kEmbedding;
+  const std::string_view head = ".shared_head.head";
+  if (last == "lm_head" ||
+      (module.size() > head.size() && module.substr(module.size() - head.size()) == head)) {
+    return Role::kLmHead;
+  }
+  return role;
+}
+
+}  // namespace
+
 Claim ConfigClaims::claim(const Section& sec, std::string_view module, Role role) const {
+  role = claim_role(module, role);
   const ScaleType v4_scale = sec.all_linears && sec.all_linears->scale == ScaleType::kUe8m0
                                  ? ScaleType::kUe8m0
                              : sec.native_base && !sec.all_linears ? ScaleType::kUe8m0
