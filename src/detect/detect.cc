@@ -492,7 +492,8 @@ Result<Manifest> detect(const DetectInput& in) {
            "no quantized_layers/targets entry of " + claims.primary.file +
                " names a module of this checkpoint as this tool names them (" + rules_example +
                "): the format of " + list +
-               " is unknown, not assumed unquantized; the headers (or the index) settle it");
+               " is unknown, not assumed unquantized; the shards' headers (or the index's tensor "
+               "names) tell it");
     }
   }
 
