@@ -255,3 +255,25 @@ def test_no_finding_says_the_tensors_settle_or_win():
         text = path.read_text()
         for phrase in ("tensors settle", "tensors win", "settle it"):
             assert phrase not in text, f"{path}: '{phrase}'"
+
+
+def test_config_tensor_mismatch_plan_shows_each_engines_reading(made, tmp_path):
+    """NVIDIA's NVFP4 experts under the stock DeepSeek-V4 config (expert_dtype fp4: MXFP4): the
+    configs and the tensors disagree on a quantized format, and the printed plan command shows
+    what each engine reads for those experts."""
+    nv, stock = made("dsv4-nvfp4"), made("dsv4-mxfp4")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for f in nv.iterdir():
+        if f.suffix == ".safetensors" or f.name == "model.safetensors.index.json":
+            os.link(f, mixed / f.name)  # the same shards, not a copy
+    (mixed / "config.json").write_bytes((stock / "config.json").read_bytes())
+    m = inspect_json(mixed)
+    f = finding(m, "config_tensor_mismatch")
+    assert f["severity"] == "error" and "config says mxfp4" in f["message"], f
+    (plan,) = [c for c in printed_commands(f["message"]) if c.startswith("fp4moe plan")]
+    shown = run_printed(plan, DIR=mixed)
+    assert shown.returncode in (0, 1), shown.stderr
+    routed = shown.stdout.split("\nrouted_experts ", 1)[1].split("\nshared_experts ", 1)[0]
+    for engine in ("SGLang", "vLLM", "TensorRT-LLM"):
+        assert f"\n  {engine} " in routed, shown.stdout
