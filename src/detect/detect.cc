@@ -589,6 +589,13 @@ Result<Manifest> detect(const DetectInput& in) {
 
   // Summary.
   auto summarize = [&](Role role) -> Scheme {
+    // Without config.json (and without tensors) every layer is assumed to have shared experts
+    // and a dense MLP so that the declaration can be evaluated on them; whether the model has
+    // them is not known (no_config_json), so the summary says unknown, not their claimed format.
+    if (!arch.has_config && !in.tensors &&
+        (role == Role::kSharedExperts || role == Role::kDenseMlp)) {
+      return Scheme::kUnknown;
+    }
     std::map<Scheme, int64_t> counts;
     std::set<std::string> bf16_names;
     for (const auto& m : modules) {
