@@ -277,3 +277,22 @@ def test_config_tensor_mismatch_plan_shows_each_engines_reading(made, tmp_path):
     routed = shown.stdout.split("\nrouted_experts ", 1)[1].split("\nshared_experts ", 1)[0]
     for engine in ("SGLang", "vLLM", "TensorRT-LLM"):
         assert f"\n  {engine} " in routed, shown.stdout
+
+
+# The commands check's finding table prints in its fixes, each run by a test above.
+CHECK_FIX_COMMANDS_TESTED = {
+    "fp4moe convert SRC DST": "test_gate_up_fix_shares_one_scale",
+    "fp4moe convert SRC DST --activation-amax FILE":
+        "test_input_scale_default_fix_calibrates_the_input_scales",
+}
+
+
+def test_every_command_in_checks_fixes_is_run_by_a_test():
+    """A new command in src/check/finding_table.cc's fix texts fails here until a test runs it."""
+    text = run("check", "--findings-md").stdout
+    fixes = [line[len("- fix: "):] for line in text.splitlines() if line.startswith("- fix: ")]
+    assert len(fixes) == text.count("### `")
+    printed = {c for fix in fixes for c in printed_commands(fix)}
+    assert printed == set(CHECK_FIX_COMMANDS_TESTED), printed
+    for name in CHECK_FIX_COMMANDS_TESTED.values():
+        assert name in globals()
