@@ -97,3 +97,20 @@ def test_outside_config_inspects_to_what_it_says(name):
     assert not [f for f in j["findings"] if f["severity"] == "error"], j["findings"]
     assert "config_field_type" not in codes, j["findings"]
     assert j["tensor_evidence"] == "none" and not j["tensors_checked"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_outside_config_plans_against_the_schema(name):
+    """plan reads the same configs (configs only): a verdict per engine, never a crash, and what
+    it cannot size is unknown (null), not 0."""
+    proc = subprocess.run([str(BIN), "plan", str(OUTSIDE / name), "--target", "sm_100", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    plan = json.loads(proc.stdout)
+    schema = json.loads((ROOT / "docs" / "schema" / "plan.schema.json").read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(plan), key=lambda e: e.path)
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:5])
+    assert {p["engine"] for p in plan["plans"]} == {"sglang", "vllm", "trtllm"}
+    for p in plan["plans"]:
+        assert p["bytes_per_token"] is None or p["bytes_per_token"] > 0, p
+        assert p["time_us_per_token"] is None or p["time_us_per_token"] > 0, p
