@@ -926,9 +926,10 @@ Result<std::optional<detect::ConfigClaims>> read_declarations(const fs::path& di
   return std::optional<detect::ConfigClaims>(std::move(*claims));
 }
 
-// The configs' declarations against the tensors. `index_modules`: modules the index names,
-// also those of shards that are missing or unreadable, so that an exclusion is not reported as
-// matching nothing because its module sits in a shard already reported.
+// The configs' declarations against the tensors. `index_modules`: the modules and tensor names
+// of the index and the shards, also those of shards that are missing or unreadable, so that an
+// exclusion is not reported as matching nothing because its module sits in a shard already
+// reported.
 void declaration_checks(const detect::ConfigClaims& claims, const detect::TensorEvidence& evidence,
                         const std::set<std::string>& index_modules, Sink& sink) {
   const detect::ArchInfo& arch = claims.arch;
@@ -1006,6 +1007,7 @@ Result<std::vector<std::string>> shard_names(const fs::path& dir, Sink& sink,
       }
       ++tensors_per_shard[s];
       index_modules.insert(detect::split_tensor_name(tensor).first);
+      index_modules.insert(tensor);  // a parameter an exclusion entry may name
     }
     std::error_code ec;
     for (const auto& [s, count] : tensors_per_shard) {
@@ -1158,7 +1160,12 @@ Result<CheckReport> check_checkpoint(const fs::path& dir, const CheckOptions& op
     sink.merge(std::move(s.sink));
   }
   cross_module_checks(stats, sink);
-  if (*declared) declaration_checks(**declared, evidence, index_modules, sink);
+  if (*declared) {
+    // Exclusion entries may name a parameter rather than a module (MiniMax-M2's
+    // modules_to_not_convert lists e_score_correction_bias, a bare tensor): match tensor names too.
+    for (const auto& [name, t] : located) index_modules.insert(name);
+    declaration_checks(**declared, evidence, index_modules, sink);
+  }
 
   // An input_scale that is not finite is the W4A4 finding when activations are quantized.
   if (auto it = sink.by_id.find("w4a4_input_scale_not_finite"); it != sink.by_id.end()) {

@@ -87,7 +87,7 @@ const std::vector<FindingInfo>& finding_table() {
        "'w1_weight_scale_2 must match w3_weight_scale_2' and keeps w1's, so up_proj is off by "
        "the ratio",
        "requantize w1 and w3 with the shared scale max(amax(w1), amax(w3)) / 2688 (fp4moe convert "
-       "does)",
+       "does, from the BF16, FP8 or MXFP4 source: `fp4moe convert SRC DST`)",
        "NVFP4 pairs by name (.gate_proj/.up_proj, .w1/.w3 under one prefix) whose per-tensor "
        "scales "
        "(compressed-tensors divisors inverted) differ by more than 1e-5 relative (vLLM's allclose "
@@ -113,8 +113,9 @@ const std::vector<FindingInfo>& finding_table() {
        "vllm.moe.nvfp4.marlin: --moe-runner-backend marlin, --moe-backend marlin); W4A4 kernels "
        "(the sm_100 defaults) quantize activations with it: values above 2688 clip and block "
        "maxima below about 0.1 lose precision",
-       "calibrate and write input_scale = activation amax / (6 * 448) (fp4moe convert "
-       "--activation-amax FILE), or serve with a weight-only MoE backend",
+       "calibrate, and convert again from the source with the measured maxima: `fp4moe convert "
+       "SRC DST --activation-amax FILE` (FILE: amax per module glob, docs/CONVERT.md; it writes "
+       "input_scale = amax / (6 * 448)); or serve with a weight-only MoE backend",
        "every input scale of every module held in NVFP4 is read; reported when there is at least "
        "one and all are exactly 1.0 (count = input scales; the example is one of them)"},
       {"exclude_matches_nothing", S::kWarning,

@@ -19,12 +19,22 @@ namespace fs = std::filesystem;
 struct SynthCliOptions {
   std::string layout;
   std::string dir;
+  bool list_layouts = false;
   synth::SynthOptions synth;
 };
 
 // Exit status (the table of cli_common.h): 0 written, 1 the write or its read-back failed, 2 bad
 // arguments (an unknown layout, an existing destination).
 int run_synth(const SynthCliOptions& opt) {
+  if (opt.list_layouts) {  // one name per line: the list tests and scripts read (no drift)
+    for (const synth::LayoutInfo& info : synth::layouts()) {
+      std::printf("%.*s\n", static_cast<int>(info.name.size()), info.name.data());
+    }
+    return 0;
+  }
+  if (opt.layout.empty() || opt.dir.empty()) {
+    return report_error("synth", Error{"LAYOUT and DIR are required (or --list-layouts)"}, false);
+  }
   auto layout = synth::parse_layout(opt.layout);
   if (!layout.ok()) return report_error("synth", layout.error(), false);
   if (Status s = synth::write_synthetic(*layout, opt.dir, opt.synth); !s.ok()) {
@@ -59,8 +69,9 @@ const CommandRegistrar kSynth{{
       for (const synth::LayoutInfo& info : synth::layouts()) {
         names += "\n  " + std::string(info.name) + ": " + std::string(info.description);
       }
-      app.add_option("layout", opt->layout, "layout:" + names)->required();
-      app.add_option("dir", opt->dir, "output directory (must not exist)")->required();
+      app.add_option("layout", opt->layout, "layout:" + names);
+      app.add_option("dir", opt->dir, "output directory (must not exist)");
+      app.add_flag("--list-layouts", opt->list_layouts, "print the layout names, one per line");
       app.add_option("--layers", opt->synth.layers, "MoE layers (small layouts)")
           ->capture_default_str();
       app.add_option("--experts", opt->synth.experts, "routed experts per layer (small layouts)")

@@ -124,6 +124,11 @@ Result<ArchInfo> read_arch(const json& config) {
     DETECT_ASSIGN(v, jsonu::get_int(text, key, kWhere));
     if (v && *v > 0) a.shared_experts = true;
   }
+  // Llama-4 has no key for it: every MoE block has one shared expert (HF Llama4TextMoe builds
+  // feed_forward.shared_expert unconditionally).
+  if (a.model_type == "llama4_text" || (a.model_type == "llama4" && a.n_routed_experts > 0)) {
+    a.shared_experts = true;
+  }
   DETECT_ASSIGN(first_dense, jsonu::get_int(text, "first_k_dense_replace", kWhere));
   // moe_layer_freq: an integer (every freq-th layer is MoE) or, in some configs, one entry per
   // layer (1/true: MoE, 0/false: dense).
@@ -137,6 +142,11 @@ Result<ArchInfo> read_arch(const json& config) {
     DETECT_ASSIGN(freq, jsonu::get_int(text, "moe_layer_freq", kWhere));
   }
   DETECT_ASSIGN(sparse_step, jsonu::get_int(text, "decoder_sparse_step", kWhere));
+  // Llama-4 (llama4_text): MoE layers are range(step - 1, layers, step) (HF Llama4TextModel), the
+  // same rule as decoder_sparse_step; Maverick's step 2 puts a dense MLP between MoE layers.
+  if (!sparse_step) {
+    DETECT_ASSIGN(sparse_step, jsonu::get_int(text, "interleave_moe_layer_step", kWhere));
+  }
   for (const char* key : {"num_nextn_predict_layers", "mtp_num_hidden_layers"}) {
     std::optional<int64_t> v;
     DETECT_ASSIGN(v, jsonu::get_int(text, key, kWhere));

@@ -427,15 +427,30 @@ struct Reader {
                      "' is not known; routed experts are "
                      "reported unknown");
           }
-          find(Severity::kWarning, "quant_method_hides_moe_format",
-               file + " says quant_method 'fp8' but moe_quant_algo '" + *moe_algo +
-                   "': the routed experts are " + upper(*moe_algo) +
-                   ", not FP8. SGLang before PR #25820 reads them as MXFP4 (rule "
-                   "sglang.dsv4.fp4_probe_as_mxfp4); SGLang >= 0.5.14 and vLLM >= 0.22.0 route "
-                   "them to their ModelOpt NVFP4 MoE only for moe_quant_algo exactly NVFP4 "
-                   "(rules sglang.dsv4.nvfp4_hybrid, vllm.dsv4.nvfp4); TensorRT-LLM ignores the "
-                   "key and probes the expert dtype (rule trtllm.dsv4.probe_nvfp4). fp4moe "
-                   "doctor / plan --engine apply them to this checkpoint");
+          if (arch.family != Family::kDeepseekV4 && arch.has_config) {
+            // moe_quant_algo is known as a key of the engines' DeepSeek-V4 code paths only (rules
+            // sglang.dsv4.nvfp4_hybrid, vllm.dsv4.nvfp4); no rule covers it for other models.
+            find(Severity::kWarning, "quant_method_hides_moe_format",
+                 file + " says quant_method 'fp8' and moe_quant_algo '" + *moe_algo +
+                     "' for model_type '" + arch.model_type +
+                     "': the engines are known to read moe_quant_algo only on their DeepSeek-V4 "
+                     "paths; no engine rule covers it for this model, and a loader that reads "
+                     "quant_method alone builds FP8 experts for these " +
+                     upper(*moe_algo) +
+                     " weights. `fp4moe plan DIR --target sm_100` (your GPU's sm_XX) shows what "
+                     "each engine's rules say of this checkpoint");
+          } else {
+            find(
+                Severity::kWarning, "quant_method_hides_moe_format",
+                file + " says quant_method 'fp8' but moe_quant_algo '" + *moe_algo +
+                    "': the routed experts are " + upper(*moe_algo) +
+                    ", not FP8. SGLang before PR #25820 reads them as MXFP4 (rule "
+                    "sglang.dsv4.fp4_probe_as_mxfp4); SGLang >= 0.5.14 and vLLM >= 0.22.0 route "
+                    "them to their ModelOpt NVFP4 MoE only for moe_quant_algo exactly NVFP4 "
+                    "(rules sglang.dsv4.nvfp4_hybrid, vllm.dsv4.nvfp4); TensorRT-LLM ignores the "
+                    "key and probes the expert dtype (rule trtllm.dsv4.probe_nvfp4). `fp4moe "
+                    "plan DIR --target sm_100` (your GPU's sm_XX) applies them to this checkpoint");
+          }
         }
         if (const json* ig = jsonu::member(q, "ignore")) {
           DETECT_ASSIGN(sec.excludes, read_patterns(*ig, file + " ignore"));
@@ -515,7 +530,29 @@ std::optional<Scheme> kv_scheme(const json& v) {
   return std::nullopt;
 }
 
+namespace {
+
+// The role a module's claim is judged by. An MTP layer's own token embedding and output head
+// (DeepSeek-V3's model.layers.{N}.embed_tokens and .shared_head.head) are grouped as MTP modules
+// but are an embedding and an output head: no dialect converts them (the V3 FP8 release keeps
+// them BF16 like model.embed_tokens and lm_head), so they are claimed as such.
+Role claim_role(std::string_view module, Role role) {
+  if (role != Role::kMtpOther) return role;
+  const size_t dot = module.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? module : module.substr(dot + 1);
+  if (last == "embed_tokens" || last == "embeddings" || last == "embed") return Role::kEmbedding;
+  const std::string_view head = ".shared_head.head";
+  if (last == "lm_head" ||
+      (module.size() > head.size() && module.substr(module.size() - head.size()) == head)) {
+    return Role::kLmHead;
+  }
+  return role;
+}
+
+}  // namespace
+
 Claim ConfigClaims::claim(const Section& sec, std::string_view module, Role role) const {
+  role = claim_role(module, role);
   const ScaleType v4_scale = sec.all_linears && sec.all_linears->scale == ScaleType::kUe8m0
                                  ? ScaleType::kUe8m0
                              : sec.native_base && !sec.all_linears ? ScaleType::kUe8m0

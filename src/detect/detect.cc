@@ -290,8 +290,9 @@ Result<Manifest> detect(const DetectInput& in) {
       Severity sev = Severity::kWarning;
       std::string consequence;
       if (claimed == Scheme::kUnknown) {
-        sev = Severity::kInfo;
-        consequence = "the configs could not tell; the tensors settle it";
+        // The configs say nothing this module's format can be read from: nothing disagrees, so
+        // nothing to report (the group's config_scheme 'unknown' and tensor_scheme say it).
+        continue;
       } else if (actual == Scheme::kUnknown) {
         consequence =
             "the tensors are in a layout this tool does not recognize; do not trust "
@@ -300,8 +301,8 @@ Result<Manifest> detect(const DetectInput& in) {
         sev = Severity::kError;
         consequence =
             "a loader that reads only the config loads these weights wrong (wrong "
-            "kernel, wrong dequantization); fp4moe doctor / plan --engine say what a given "
-            "engine version does";
+            "kernel, wrong dequantization); `fp4moe plan DIR --target sm_100` shows what each "
+            "engine's newest release reads (your GPU's sm_XX; --engine E@V for one version)";
       } else if (is_quantized(actual)) {
         sev = Severity::kError;
         consequence = "a loader that follows the config treats quantized bytes as " +
@@ -315,7 +316,8 @@ Result<Manifest> detect(const DetectInput& in) {
            std::string(to_string(role)) + ": config says " + std::string(to_string(claimed)) +
                " (" + ex.claim.source + ") but tensors are " + std::string(to_string(actual)) +
                " (" + (ex.tensors ? ex.tensors->evidence : "") + "; " + std::to_string(e.first) +
-               " module(s), e.g. " + ex.name + "): " + consequence + ". The tensors win.");
+               " module(s), e.g. " + ex.name + "): " + consequence +
+               ". This report gives the tensors' format.");
     }
   }
 
@@ -490,7 +492,8 @@ Result<Manifest> detect(const DetectInput& in) {
            "no quantized_layers/targets entry of " + claims.primary.file +
                " names a module of this checkpoint as this tool names them (" + rules_example +
                "): the format of " + list +
-               " is unknown, not assumed unquantized; the headers (or the index) settle it");
+               " is unknown, not assumed unquantized; the shards' headers (or the index's tensor "
+               "names) tell it");
     }
   }
 
@@ -586,6 +589,13 @@ Result<Manifest> detect(const DetectInput& in) {
 
   // Summary.
   auto summarize = [&](Role role) -> Scheme {
+    // Without config.json (and without tensors) every layer is assumed to have shared experts
+    // and a dense MLP so that the declaration can be evaluated on them; whether the model has
+    // them is not known (no_config_json), so the summary says unknown, not their claimed format.
+    if (!arch.has_config && !in.tensors &&
+        (role == Role::kSharedExperts || role == Role::kDenseMlp)) {
+      return Scheme::kUnknown;
+    }
     std::map<Scheme, int64_t> counts;
     std::set<std::string> bf16_names;
     for (const auto& m : modules) {
@@ -649,11 +659,32 @@ Result<Manifest> detect(const DetectInput& in) {
 
   if (is_quantized(man.summary.mtp_experts) && is_quantized(man.summary.routed_experts) &&
       man.summary.mtp_experts != man.summary.routed_experts) {
+    // The module globs convert takes (--modules), from the expert groups' own names:
+    // layers.*.ffn.experts.*.w1 -> layers.*.ffn.experts.*
+    auto expert_globs = [&](Role role) {
+      std::set<std::string> globs;
+      for (const auto& m : modules) {
+        if (m.role != role) continue;
+        const std::string g = group_name(m.name);
+        const size_t dot = g.rfind('.');
+        globs.insert(dot == std::string::npos ? g : g.substr(0, dot));
+      }
+      std::string out;
+      for (const auto& g : globs) out += " '" + g + "'";
+      return out;
+    };
     find(Severity::kWarning, "mtp_experts_differ",
          "MTP experts are " + std::string(to_string(man.summary.mtp_experts)) +
              " while the routed experts are " + std::string(to_string(man.summary.routed_experts)) +
              ": the MTP (draft) layers need their own kernels and must not get the routed "
-             "experts' (known misroute: vLLM #49133 gave ignored mtp.* experts NVFP4 kernels)");
+             "experts' (known misroute: vLLM #49133 gave ignored mtp.* experts NVFP4 kernels). "
+             "For an engine that runs them with the routed experts' kernel, convert them too, "
+             "from the checkpoint they came from (SRC): `fp4moe convert SRC DST --to " +
+             std::string(to_string(man.summary.routed_experts)) + " --modules" +
+             expert_globs(Role::kRoutedExperts) + expert_globs(Role::kMtpExperts) +
+             "`; one that reads them as they are (SGLang's DeepSeek-V4 hybrid path) needs them "
+             "left so: `fp4moe plan DIR --target sm_100` (your GPU's sm_XX) shows what each engine "
+             "does with them");
   }
 
   // KV cache.

@@ -13,7 +13,10 @@ extern const char* const kDeepseekV3;
 extern const char* const kRedHatDeepseekV4FlashNvfp4Fp8;  // compressed-tensors mixed-precision
 extern const char* const kNvidiaQwen3_235bNvfp4;          // ModelOpt NVFP4 (no quantization_config)
 extern const char* const kNvidiaQwen3_235bNvfp4HfQuant;
-extern const char* const kQwen3_30bA3bFp8;  // the FP8 release; synth.cc drops its
+extern const char* const kNvidiaMiniMaxM25Nvfp4;         // ModelOpt NVFP4, config.json
+extern const char* const kNvidiaMiniMaxM25Nvfp4HfQuant;  // its hf_quant_config.json
+extern const char* const kMiniMaxM25;                    // the FP8 block-128 release
+extern const char* const kQwen3_30bA3bFp8;               // the FP8 release; synth.cc drops its
                                             // quantization_config for the BF16 original
 
 }  // namespace fp4moe::synth::base_configs

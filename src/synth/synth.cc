@@ -37,7 +37,7 @@ constexpr float kNvfp4InputScale = kActivationAmax / (6.0f * 448.0f);
 constexpr int kMaxLayers = 256;
 constexpr int kMaxExperts = 1024;
 
-constexpr std::array<LayoutInfo, 7> kLayouts = {{
+constexpr std::array<LayoutInfo, 9> kLayouts = {{
     {Layout::kDsv4Mxfp4, "dsv4-mxfp4",
      "deepseek-ai/DeepSeek-V4-Flash: MXFP4 routed experts (I8 + F8_E8M0 /32), FP8 128x128 rest"},
     {Layout::kDsv4Nvfp4, "dsv4-nvfp4",
@@ -51,6 +51,11 @@ constexpr std::array<LayoutInfo, 7> kLayouts = {{
     {Layout::kModeloptNvfp4, "modelopt-nvfp4",
      "nvidia/Qwen3-235B-A22B-NVFP4: ModelOpt NVFP4 in every linear incl. attention, FP8 KV cache"},
     {Layout::kBf16, "bf16", "Qwen/Qwen3-30B-A3B: not quantized (BF16)"},
+    {Layout::kMiniMaxNvfp4, "minimax-nvfp4",
+     "nvidia/MiniMax-M2.5-NVFP4: ModelOpt NVFP4 block_sparse_moe experts (w1/w2/w3), BF16 "
+     "attention"},
+    {Layout::kMiniMaxFp8, "minimax-fp8",
+     "MiniMaxAI/MiniMax-M2.5: FP8 E4M3 with F32 weight_scale_inv per 128x128, BF16 router"},
 }};
 
 std::vector<std::byte> f32_bytes(float v) {
@@ -564,6 +569,89 @@ json qwen3_exclude_modules(int layers) {
   return out;
 }
 
+// ----- MiniMax-M2 (ModelOpt NVFP4, FP8 block-128) ----------------------------------------------
+
+void edit_minimax_config(json& c, const Counts& n) {
+  if (!n.small) return;
+  c["num_hidden_layers"] = n.layers;
+  c["num_local_experts"] = n.experts;
+  cap_key(c, "num_experts_per_tok", n.experts);
+  // attn_type_list (NVIDIA's export) has one entry per decoder layer.
+  if (c.contains("attn_type_list") && c["attn_type_list"].is_array() &&
+      !c["attn_type_list"].empty()) {
+    const json old = c["attn_type_list"];
+    json types = json::array();
+    for (int l = 0; l < n.layers; ++l) types.push_back(old.at(l % old.size()));
+    c["attn_type_list"] = types;
+  }
+}
+
+// The exclusion list of NVIDIA's export (config.json `ignore`, hf_quant_config.json
+// `exclude_modules`): lm_head, then every layer's router and attention in string order.
+json minimax_exclusions(int layers) {
+  std::vector<std::string> names;
+  for (int l = 0; l < layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    names.push_back(pre + "block_sparse_moe.gate");
+    names.push_back(pre + "self_attn*");
+  }
+  std::sort(names.begin(), names.end());
+  json out = json::array({"lm_head"});
+  for (const std::string& s : names) out.push_back(s);
+  return out;
+}
+
+// MiniMax-M2 in its Hugging Face names: model.layers.L.self_attn.{q,k,v,o}_proj with per-layer
+// q_norm/k_norm, block_sparse_moe.gate (BF16 router), block_sparse_moe.e_score_correction_bias
+// (F32 selection bias) and block_sparse_moe.experts.E.w1/w2/w3 (gate, down, up); no shared
+// expert. The configs declare MTP modules (use_mtp, num_mtp_modules) but, as in the released
+// weights fp4moe reads, none are written.
+void minimax(Plan& p, const json& c, const Counts& n, bool nvfp4) {
+  const int64_t h = int_key(c, "hidden_size"), inter = int_key(c, "intermediate_size");
+  const int64_t heads = int_key(c, "num_attention_heads"), kv = int_key(c, "num_key_value_heads");
+  const int64_t hd = int_key(c, "head_dim"), vocab = int_key(c, "vocab_size");
+  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  for (int l = 0; l < n.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    p.norm(pre + "input_layernorm.weight", h);
+    for (const auto& [m, rows, cols] : {std::tuple{"q_proj", heads * hd, h},
+                                        {"k_proj", kv * hd, h},
+                                        {"v_proj", kv * hd, h},
+                                        {"o_proj", h, heads * hd}}) {
+      // NVIDIA's export leaves attention in BF16 (self_attn* is excluded); the FP8 release
+      // quantizes it like every other linear.
+      if (nvfp4) {
+        p.bf16_linear(pre + "self_attn." + m, rows, cols, false);
+      } else {
+        p.fp8_block(pre + "self_attn." + m, rows, cols, Fp8Scale::kF32ScaleInv, false);
+      }
+    }
+    if (nvfp4) {  // kv_cache_quant_algo FP8: ModelOpt stores the calibrated KV scales
+      p.scalar_f32(pre + "self_attn.k_proj.k_scale", 1.0f, {});
+      p.scalar_f32(pre + "self_attn.v_proj.v_scale", 1.0f, {});
+    }
+    p.norm(pre + "self_attn.q_norm.weight", heads * hd);  // qk_norm_type per_layer
+    p.norm(pre + "self_attn.k_norm.weight", kv * hd);
+    p.norm(pre + "post_attention_layernorm.weight", h);
+    p.gaussian(pre + "block_sparse_moe.gate.weight", DType::BF16, {n.experts, h});
+    p.gaussian(pre + "block_sparse_moe.e_score_correction_bias", DType::F32, {n.experts});
+    for (int e = 0; e < n.experts; ++e) {
+      const std::string x = pre + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      // w1 (gate) and w3 (up) are [inter, hidden]; w2 (down) is [hidden, inter].
+      for (const auto& [w, rows, cols] :
+           {std::tuple{"w1", inter, h}, {"w2", h, inter}, {"w3", inter, h}}) {
+        if (nvfp4) {
+          p.nvfp4_modelopt(x + w, rows, cols);
+        } else {
+          p.fp8_block(x + w, rows, cols, Fp8Scale::kF32ScaleInv);
+        }
+      }
+    }
+  }
+  p.norm("model.norm.weight", h);
+  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+}
+
 // The real count of a config key (full-size layouts).
 int real_count(const char* config_text, const char* key) {
   return static_cast<int>(json::parse(config_text).at(key).get<int64_t>());
@@ -659,6 +747,21 @@ Status write_synthetic(Layout layout, const fs::path& dir, const SynthOptions& o
         hf_quant["quantization"]["exclude_modules"] = qwen3_exclude_modules(n.layers);
       }
       qwen3(plan, config, n, nv);
+      break;
+    }
+    case Layout::kMiniMaxNvfp4:
+    case Layout::kMiniMaxFp8: {
+      const bool nv = layout == Layout::kMiniMaxNvfp4;
+      const char* text = nv ? base_configs::kNvidiaMiniMaxM25Nvfp4 : base_configs::kMiniMaxM25;
+      const Counts n = counts(text, "num_hidden_layers", "num_local_experts");
+      config = json::parse(text);
+      edit_minimax_config(config, n);
+      if (nv) {
+        config["quantization_config"]["ignore"] = minimax_exclusions(n.layers);
+        hf_quant = json::parse(base_configs::kNvidiaMiniMaxM25Nvfp4HfQuant);
+        hf_quant["quantization"]["exclude_modules"] = minimax_exclusions(n.layers);
+      }
+      minimax(plan, config, n, nv);
       break;
     }
   }

@@ -21,6 +21,8 @@ enum class Layout {
   kCtNvfp4,        // RedHatAI/DeepSeek-V4-Flash-NVFP4-FP8: compressed-tensors NVFP4 + FP8 block
   kModeloptNvfp4,  // nvidia/Qwen3-235B-A22B-NVFP4: ModelOpt NVFP4 in every linear incl. attention
   kBf16,           // Qwen/Qwen3-30B-A3B: not quantized
+  kMiniMaxNvfp4,   // nvidia/MiniMax-M2.5-NVFP4: ModelOpt NVFP4 experts, BF16 attention
+  kMiniMaxFp8,     // MiniMaxAI/MiniMax-M2.5: FP8 128x128 blocks with F32 weight_scale_inv
 };
 
 struct LayoutInfo {
@@ -30,7 +32,7 @@ struct LayoutInfo {
 };
 
 // Every layout in enum order. Names: dsv4-mxfp4, dsv4-nvfp4, gpt-oss-mxfp4, dsv3-fp8, ct-nvfp4,
-// modelopt-nvfp4, bf16.
+// modelopt-nvfp4, bf16, minimax-nvfp4, minimax-fp8 (`fp4moe synth --list-layouts`).
 std::span<const LayoutInfo> layouts();
 Result<Layout> parse_layout(std::string_view name);
 

@@ -43,6 +43,63 @@ def pytest_report_header(config):
     return f"fp4moe binding: {BINDING} ({where})"
 
 
+def synth_layouts():
+    """The layout names `fp4moe synth --list-layouts` prints, in its order: the C++ table
+    (src/synth/synth.cc kLayouts) is the only list, so a test parametrized over it cannot drift
+    from it. Read once per session; an unbuilt binary is a collection error naming it."""
+    global _SYNTH_LAYOUTS
+    if _SYNTH_LAYOUTS is None:
+        import subprocess
+
+        binary = Path(os.environ["FP4MOE_BUILD_DIR"]) / "fp4moe"
+        if not binary.exists():
+            raise pytest.UsageError(f"{binary} not built (build target fp4moe)")
+        out = subprocess.run([str(binary), "synth", "--list-layouts"], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        _SYNTH_LAYOUTS = out.stdout.split()
+    return list(_SYNTH_LAYOUTS)
+
+
+_SYNTH_LAYOUTS = None
+
+# What each synthetic layout holds, as verify and `bench --checkpoint` must report it: (routed
+# expert scheme, shared expert scheme); None where no kernel runs it (BF16 experts). A layout that
+# `fp4moe synth --list-layouts` names and this table lacks fails the tests (KeyError), and
+# test_synth.py checks that the two lists are the same.
+SYNTH_SCHEMES = {
+    "dsv4-mxfp4": ("mxfp4", "fp8_block"),      # DeepSeek-V4 stock names and semantics
+    "dsv4-nvfp4": ("nvfp4", "fp8_block"),      # NVIDIA's ModelOpt NVFP4 experts
+    "gpt-oss-mxfp4": ("mxfp4", "none"),        # fused [E, 2I, K/32, 16] blocks, biases, clamp
+    "dsv3-fp8": ("fp8_block", "fp8_block"),    # DeepSeek-V3 names (Kimi-K2, GLM-5 share them)
+    "ct-nvfp4": ("nvfp4", "nvfp4"),            # compressed-tensors NVFP4, V4 in HF names
+    "modelopt-nvfp4": ("nvfp4", "none"),       # Qwen3-MoE, softmax + norm_topk_prob
+    "bf16": None,                              # Qwen3-MoE unquantized: no kernel path
+    "minimax-nvfp4": ("nvfp4", "none"),        # MiniMax-M2 block_sparse_moe, sigmoid + bias
+    "minimax-fp8": ("fp8_block", "none"),      # MiniMax-M2.5 as released
+}
+
+
+# The corpus directory (tests/data/corpus) whose real configs each layout starts from
+# (src/synth/CMakeLists.txt): what inspect says of those configs is what the layout may repeat.
+SYNTH_CORPUS = {
+    "dsv4-mxfp4": "deepseek-ai__DeepSeek-V4-Flash",
+    "dsv4-nvfp4": "nvidia__DeepSeek-V4-Flash-NVFP4",
+    "gpt-oss-mxfp4": "openai__gpt-oss-20b",
+    "dsv3-fp8": "deepseek-ai__DeepSeek-V3",
+    "ct-nvfp4": "RedHatAI__DeepSeek-V4-Flash-NVFP4-FP8",
+    "modelopt-nvfp4": "nvidia__Qwen3-235B-A22B-NVFP4",
+    "bf16": "Qwen__Qwen3-30B-A3B-FP8",
+    "minimax-nvfp4": "nvidia__MiniMax-M2.5-NVFP4",
+    "minimax-fp8": "MiniMaxAI__MiniMax-M2.5",
+}
+
+
+def quantized_synth_layouts():
+    """The layouts verify and bench run (every one with a kernel path)."""
+    return [name for name in synth_layouts() if SYNTH_SCHEMES[name] is not None]
+
+
 @pytest.fixture
 def rng(request):
     """A seeded generator; the seed is in the test's report so a failure can be replayed with

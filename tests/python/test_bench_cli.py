@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SYNTH_SCHEMES, quantized_synth_layouts
+
 FP4MOE = Path(os.environ["FP4MOE_BUILD_DIR"]) / "fp4moe"
 
 
@@ -59,15 +61,10 @@ def test_gemv_errors():
 
 # ---- `bench --checkpoint` on every family and layout -------------------------------------------
 
-# layout -> the routed experts' scheme bench must report (see test_verify_cli.SYNTH_LAYOUTS).
-SYNTH_LAYOUTS = {"dsv4-mxfp4": "mxfp4", "dsv4-nvfp4": "nvfp4", "gpt-oss-mxfp4": "mxfp4",
-                 "dsv3-fp8": "fp8_block", "ct-nvfp4": "nvfp4", "modelopt-nvfp4": "nvfp4"}
-
-
 # Every layout exact; W4A8 on the layouts whose W4A8 path differs from the DeepSeek-V4 one the
 # older test runs: gpt-oss (biases around the int8 activations) and compressed-tensors NVFP4.
-CASES = [(layout, "w4a16") for layout in SYNTH_LAYOUTS] + [("gpt-oss-mxfp4", "w4a8"),
-                                                          ("ct-nvfp4", "w4a8")]
+CASES = [(layout, "w4a16") for layout in quantized_synth_layouts()] + [
+    ("gpt-oss-mxfp4", "w4a8"), ("ct-nvfp4", "w4a8")]
 
 
 @pytest.mark.parametrize("layout,precision", CASES)
@@ -80,7 +77,7 @@ def test_bench_checkpoint_every_synth_layout(layout, precision, synth_dir):
     for layer in layers:
         print(f"  {layout} layer {layer['layer']} {precision}: {layer['us']:.0f} us, "
               f"{layer['ratio_to_bound']:.2f}x the bandwidth bound")
-        assert layer["expert_scheme"] == SYNTH_LAYOUTS[layout] and layer["precision"] == precision
+        assert layer["expert_scheme"] == SYNTH_SCHEMES[layout][0] and layer["precision"] == precision
         assert layer["calls"] >= 8 and layer["us"] > 0 and layer["bytes_per_call"] > 0
         assert layer["ratio_to_bound"] == pytest.approx(layer["us"] / layer["bound_us"])
 

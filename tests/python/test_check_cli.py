@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import synth_layouts
 from st_io import save as save_file
 
 BUILD = Path(os.environ["FP4MOE_BUILD_DIR"])
@@ -1266,8 +1267,7 @@ def test_docs_list_exactly_the_help_ids():
             assert fn in names, f"docs/CHECK.md names fixture {fn} for {fid}: not in this file"
 
 
-@pytest.mark.parametrize("layout", ["dsv4-mxfp4", "dsv4-nvfp4", "gpt-oss-mxfp4", "dsv3-fp8",
-                                    "ct-nvfp4", "modelopt-nvfp4", "bf16"])
+@pytest.mark.parametrize("layout", synth_layouts())
 def test_every_synthetic_layout_and_its_conversion_has_no_error_finding(tmp_path, layout):
     """fp4moe's own synthetic layouts (real data for the MoE, file holes elsewhere) and, where
     convert applies, their conversions: no error finding, and the holes are reported as never

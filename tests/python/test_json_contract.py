@@ -13,6 +13,8 @@ import jsonschema
 import numpy as np
 import pytest
 
+from conftest import synth_layouts
+
 from st_io import save as save_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -21,8 +23,7 @@ BIN = BUILD / "fp4moe"
 CORPUS = ROOT / "tests" / "data" / "corpus"
 SCHEMAS = ROOT / "docs" / "schema"
 CORPUS_DIRS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
-SYNTH_LAYOUTS = ["dsv4-mxfp4", "dsv4-nvfp4", "gpt-oss-mxfp4", "dsv3-fp8", "ct-nvfp4",
-                 "modelopt-nvfp4", "bf16"]
+SYNTH_LAYOUTS = synth_layouts()
 
 
 def fp4moe(*args, env=None):

@@ -152,3 +152,66 @@ def test_unknown_layout_is_exit_status_2(tmp_path):
                        text=True)
     assert r.returncode == 2
     assert "unknown synthetic layout" in r.stderr
+
+
+def test_list_layouts_is_the_help_list_and_the_tests_table():
+    """`--list-layouts` prints the names `--help` describes, and the tests' one table of what
+    each layout holds (conftest.SYNTH_SCHEMES) has a row for each, no more."""
+    from conftest import SYNTH_CORPUS, SYNTH_SCHEMES
+
+    listed = subprocess.run([binary(), "synth", "--list-layouts"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    helped = subprocess.run([binary(), "synth", "--help"], capture_output=True, text=True,
+                            check=True).stdout
+    described = [line.split(":")[0].strip() for line in helped.splitlines()
+                 if line.startswith("  ") and ": " in line and "/" in line.split(":", 1)[1]]
+    assert listed and len(set(listed)) == len(listed)
+    assert set(listed) <= set(described), (listed, described)
+    assert set(SYNTH_SCHEMES) == set(listed) == set(SYNTH_CORPUS)
+    for corpus_dir in SYNTH_CORPUS.values():
+        assert (ROOT / "tests" / "data" / "corpus" / corpus_dir / "config.json").exists()
+    bare = subprocess.run([binary(), "synth"], capture_output=True, text=True)
+    assert bare.returncode == 2 and "--list-layouts" in bare.stderr
+
+
+MINIMAX_HIDDEN, MINIMAX_INTER = 3072, 1536  # MiniMax-M2.5 hidden_size, intermediate_size
+
+
+@pytest.mark.parametrize("nvfp4", [True, False], ids=["nvfp4", "fp8"])
+def test_minimax_layouts_have_the_real_names_and_configs(tmp_path, nvfp4):
+    layout = "minimax-nvfp4" if nvfp4 else "minimax-fp8"
+    out = synth(tmp_path, layout, "--layers", 3, "--experts", 4)
+    t = tensors(out)
+    h, i = MINIMAX_HIDDEN, MINIMAX_INTER
+    for layer in range(3):
+        p = f"model.layers.{layer}.block_sparse_moe."
+        assert t[p + "gate.weight"] == ("BF16", [4, h])
+        assert t[p + "e_score_correction_bias"] == ("F32", [4])
+        for e in range(4):
+            for w, shape in (("w1", [i, h]), ("w3", [i, h]), ("w2", [h, i])):
+                m = f"{p}experts.{e}.{w}."
+                if nvfp4:
+                    assert t[m + "weight"] == ("U8", [shape[0], shape[1] // 2])
+                    assert t[m + "weight_scale"] == ("F8_E4M3", [shape[0], shape[1] // 16])
+                    assert t[m + "weight_scale_2"] == ("F32", [])
+                    assert t[m + "input_scale"] == ("F32", [])
+                else:
+                    assert t[m + "weight"] == ("F8_E4M3", shape)
+                    grid = [(shape[0] + 127) // 128, (shape[1] + 127) // 128]
+                    assert t[m + "weight_scale_inv"] == ("F32", grid)
+        q = t[f"model.layers.{layer}.self_attn.q_proj.weight"]
+        assert q[0] == ("BF16" if nvfp4 else "F8_E4M3"), q
+    assert not any(k.startswith("model.layers.3.") for k in t)  # three layers, not the real 62
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3 and config["num_local_experts"] == 4
+    assert config["model_type"] == "minimax_m2"
+    if nvfp4:
+        hf = json.loads((out / "hf_quant_config.json").read_text())["quantization"]
+        expected = ["lm_head"] + sorted(f"model.layers.{l}.{m}" for l in range(3)
+                                        for m in ("block_sparse_moe.gate", "self_attn*"))
+        assert hf["exclude_modules"] == expected
+        assert config["quantization_config"]["ignore"] == expected
+        assert len(config["attn_type_list"]) == 3
+    else:
+        assert not (out / "hf_quant_config.json").exists()
+        assert config["quantization_config"]["weight_block_size"] == [128, 128]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fp4moe
+from conftest import SYNTH_SCHEMES, quantized_synth_layouts
 from st_io import load, save
 
 FP4MOE = Path(os.environ["FP4MOE_BUILD_DIR"]) / "fp4moe"
@@ -154,15 +155,6 @@ def test_bench_on_a_checkpoints_own_layers(tmp_path, rng):
 # ---- Every family and layout: the synthetic layouts of `fp4moe synth` and MiniMax-M2 ----------
 
 ROOT = Path(__file__).resolve().parents[2]
-# layout -> (routed expert scheme, shared expert scheme) verify must report.
-SYNTH_LAYOUTS = {
-    "dsv4-mxfp4": ("mxfp4", "fp8_block"),       # DeepSeek-V4 stock names and semantics
-    "dsv4-nvfp4": ("nvfp4", "fp8_block"),       # NVIDIA's ModelOpt NVFP4 experts
-    "gpt-oss-mxfp4": ("mxfp4", "none"),         # fused [E, 2I, K/32, 16] blocks, biases, clamp
-    "dsv3-fp8": ("fp8_block", "fp8_block"),     # DeepSeek-V3 names (Kimi-K2, GLM-5 share them)
-    "ct-nvfp4": ("nvfp4", "nvfp4"),             # compressed-tensors NVFP4, V4 in HF names
-    "modelopt-nvfp4": ("nvfp4", "none"),        # Qwen3-MoE, softmax + norm_topk_prob
-}
 CORRUPT = {"FP4MOE_TEST_CORRUPT_KERNEL_WEIGHTS": "1"}
 
 
@@ -180,7 +172,7 @@ def checked_report(proc):
     return report
 
 
-@pytest.mark.parametrize("layout", list(SYNTH_LAYOUTS))
+@pytest.mark.parametrize("layout", quantized_synth_layouts())
 def test_verify_every_synth_layout_and_a_corrupted_kernel_weight_fails(layout, synth_dir):
     d = synth_dir(layout)
     good = run("verify", d, "--tokens", 3, "--json")
@@ -188,7 +180,7 @@ def test_verify_every_synth_layout_and_a_corrupted_kernel_weight_fails(layout, s
     report = checked_report(good)
     assert report["ok"] and report["layers"], report
     for layer in report["layers"]:
-        assert (layer["expert_scheme"], layer["shared_scheme"]) == SYNTH_LAYOUTS[layout], layer
+        assert (layer["expert_scheme"], layer["shared_scheme"]) == SYNTH_SCHEMES[layout], layer
         assert layer["rel_l2_error"] < 1e-4 and layer["routing_mismatches"] == 0, layer
         assert layer["max_abs_reference"] > 0, layer
     kernels = report["layers"][0]["kernels"]

@@ -35,6 +35,24 @@ TEST(Arch, MoeLayerFreqAsAnIntegerOrAPerLayerList) {
   EXPECT_EQ(moe_layers(config), (std::vector<bool>{true, true, false, false, false}));
 }
 
+TEST(Arch, Llama4InterleavedMoeLayersUnderTextConfigWithASharedExpert) {
+  // meta-llama/Llama-4-Maverick's shape (tests/data/outside): MoE layers are
+  // range(step - 1, layers, step), a dense MLP between them; every MoE block has a shared expert.
+  nlohmann::json config = {{"model_type", "llama4"},
+                           {"text_config",
+                            {{"model_type", "llama4_text"},
+                             {"num_hidden_layers", 5},
+                             {"num_local_experts", 128},
+                             {"interleave_moe_layer_step", 2}}}};
+  EXPECT_EQ(moe_layers(config), (std::vector<bool>{false, true, false, true, false}));
+  auto arch = read_arch(config);
+  ASSERT_TRUE(arch.ok());
+  EXPECT_TRUE(arch->shared_experts);
+  EXPECT_TRUE(arch->layers[0].dense_mlp && !arch->layers[1].dense_mlp);
+  config["text_config"]["interleave_moe_layer_step"] = 1;  // Scout: every layer
+  EXPECT_EQ(moe_layers(config), (std::vector<bool>(5, true)));
+}
+
 bool has_code(const Manifest& m, std::string_view code, std::string_view in_message) {
   for (const auto& f : m.findings) {
     if (f.code == code && f.message.find(in_message) != std::string::npos) return true;

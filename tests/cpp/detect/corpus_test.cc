@@ -105,8 +105,9 @@ const Expected kCorpus[] = {
     {"nvidia__Qwen3.6-27B-NVFP4", "absent", "absent", "fp8_tensor", "nvfp4", "nvfp4", "absent",
      "fp8_tensor", "mixed_precision"},
     {"openai__gpt-oss-20b", "mxfp4", "absent", "bf16", "absent", "bf16", "absent", "bf16", ""},
-    // No config.json: architecture reconstructed from names; MTP cannot be told apart.
-    {"peaceh-nv_TRTLLM__DeepSeek-R1-FP4-hf_quant_config", "nvfp4", "nvfp4", "nvfp4", "nvfp4",
+    // No config.json: architecture reconstructed from names; MTP cannot be told apart, and
+    // whether shared experts and dense MLPs exist is not known (no entry names one).
+    {"peaceh-nv_TRTLLM__DeepSeek-R1-FP4-hf_quant_config", "nvfp4", "unknown", "nvfp4", "unknown",
      "bf16", "unknown", "bf16", "no_config_json"},
     {"sgl-project__DeepSeek-V4-Flash-FP8", "fp8_block", "fp8_block", "fp8_block", "absent", "bf16",
      "fp8_block", "bf16", "expert_format_from_tensors_only"},

@@ -79,6 +79,15 @@ const std::map<Layout, Expected>& expected_summaries() {
       {Layout::kBf16,
        {Scheme::kBf16, Scheme::kAbsent, Scheme::kBf16, Scheme::kAbsent, Scheme::kBf16,
         Scheme::kAbsent, Scheme::kBf16}},
+      // NVIDIA's export excludes self_attn* (BF16) and declares an FP8 KV cache; the FP8 release
+      // quantizes attention too. No shared expert, no dense layer; the MTP modules the configs
+      // declare are not in the released weights.
+      {Layout::kMiniMaxNvfp4,
+       {Scheme::kNvfp4, Scheme::kAbsent, Scheme::kBf16, Scheme::kAbsent, Scheme::kBf16,
+        Scheme::kAbsent, Scheme::kFp8Tensor}},
+      {Layout::kMiniMaxFp8,
+       {Scheme::kFp8Block, Scheme::kAbsent, Scheme::kFp8Block, Scheme::kAbsent, Scheme::kBf16,
+        Scheme::kAbsent, Scheme::kBf16}},
   };
   return kExpected;
 }
