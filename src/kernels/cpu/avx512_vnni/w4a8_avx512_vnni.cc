@@ -4,8 +4,8 @@
 // one in-lane pshufb per 32-byte chunk pair transposes each 4x4 byte block so dword r holds one
 // row's 4 consecutive k, one pshufb per nibble half maps codes to u = 2 * e2m1 + 12 in [0, 24],
 // and one vpdpbusd per half adds u * q over those 4 k straight into the int32 sums. That replaces
-// AVX2's pmaddubsw + int16 adds + pmaddwd + int32 add (VNNI is where this family pays). Then, per
-// block, 12 * sum(q) taken off gives sum((2 * e2m1) * q) exactly, and
+// AVX2's pmaddubsw + int16 adds + pmaddwd + int32 add (VNNI is where this family pays). A chain
+// that starts at -12 * sum(q) gives sum((2 * e2m1) * q) exactly per block, and
 // fma(float(sum), fl(weight scale * activation scale), total) is the scalar kernel's operation, so
 // the bits agree with it and with the AVX2 kernel. There is no AVX-512 W4A8 kernel without VNNI:
 // such hosts run the AVX2 one (the ISA levels are nested, registry.h).
@@ -95,11 +95,14 @@ template <WeightFormat kFormat>
   out.w_scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
 }
 
-// sum(u * q) over the block per row, int32 (|.| <= 32 * 24 * 128, no overflow): two independent
-// vpdpbusd chains (low and high nibble halves) for latency.
+// sum(u * q) - 12 * sum(q) = sum((2 * e2m1) * q) over the block per row, exactly in int32
+// (|.| <= 32 * 24 * 128 + 12 * 32 * 128): the low-nibble chain starts at -12 * sum(q) instead of
+// zero, so the offset costs no subtraction per token; two independent vpdpbusd chains (low and
+// high nibble halves) for latency.
 template <int kN>
-[[gnu::always_inline]] inline __m512i block_dot(const DecodedPair<kN>& d, const int8_t* q) {
-  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+[[gnu::always_inline]] inline __m512i block_dot(const DecodedPair<kN>& d, const int8_t* q,
+                                                int32_t q_sum) {
+  __m512i lo = _mm512_set1_epi32(-kCodeOffset * q_sum), hi = _mm512_setzero_si512();
   FP4MOE_UNROLL
   for (int c = 0; c < kN; ++c) {
     lo = _mm512_dpbusd_epi32(lo, d.lo[c], broadcast4(q + 8 * c));
@@ -108,12 +111,10 @@ template <int kN>
   return _mm512_add_epi32(lo, hi);
 }
 
-// total + float(sum - 12 * sum(q)) * fl(weight scale * activation scale), lane by lane.
-inline __m512 accumulate_block(__m512i sum, int32_t q_sum, __m512 w_scale, float act_scale,
-                               __m512 total) {
-  return _mm512_fmadd_ps(
-      _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, _mm512_set1_epi32(kCodeOffset * q_sum))),
-      _mm512_mul_ps(w_scale, _mm512_set1_ps(act_scale)), total);
+// total + float(sum) * fl(weight scale * activation scale), lane by lane.
+inline __m512 accumulate_block(__m512i sum, __m512 w_scale, float act_scale, __m512 total) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w_scale, _mm512_set1_ps(act_scale)),
+                         total);
 }
 
 // MR tokens (from token i0) against one tile pair over all of K, totals in registers.
@@ -130,9 +131,9 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
     FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
       const int64_t s = (i0 + i) * x.lds + b;
-      total[i] =
-          accumulate_block(block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
-                           x.sums[s], blk.w_scale, x.scales[s], total[i]);
+      total[i] = accumulate_block(
+          block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>, x.sums[s]),
+          blk.w_scale, x.scales[s], total[i]);
     }
   }
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
@@ -164,9 +165,10 @@ inline void w4a8_pair_many(const PackedMatrix& w, const Fp4TilePair& p,
       for (int64_t i = 0; i < mb; ++i) {
         const int64_t s = (i0 + i) * x.lds + b;
         float* tot = totals + i * kRows;
-        _mm512_store_ps(tot, accumulate_block(
-                                 block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>),
-                                 x.sums[s], blk.w_scale, x.scales[s], _mm512_load_ps(tot)));
+        _mm512_store_ps(
+            tot, accumulate_block(
+                     block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>, x.sums[s]),
+                     blk.w_scale, x.scales[s], _mm512_load_ps(tot)));
       }
     }
     for (int64_t i = 0; i < mb; ++i) {
