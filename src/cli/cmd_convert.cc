@@ -337,6 +337,7 @@ int run_convert(const ConvertArgs& args) {
         {"modules_converted", s.modules_converted},
         {"modules_transcoded_losslessly", s.modules_transcoded},
         {"modules_quantized", s.modules_quantized},
+        {"modules_relabeled", s.modules_relabeled},
         {"max_quantize_rel_error", s.max_quantize_rel_error},
         {"tensors_copied", s.tensors_copied},
         {"bytes_read", s.bytes_read},
@@ -357,10 +358,10 @@ int run_convert(const ConvertArgs& args) {
     return 0;
   }
   fmt::print(
-      "converted {} modules to {} ({} MXFP4 transcoded losslessly, {} quantized), copied {} "
-      "tensors, {:.2f} GB in {:.1f} s\n",
-      s.modules_converted, args.to, s.modules_transcoded, s.modules_quantized, s.tensors_copied,
-      s.bytes_read / 1e9, s.seconds);
+      "converted {} modules to {} ({} MXFP4 transcoded losslessly, {} quantized, {} "
+      "compressed-tensors NVFP4 re-labeled exactly), copied {} tensors, {:.2f} GB in {:.1f} s\n",
+      s.modules_converted, args.to, s.modules_transcoded, s.modules_quantized, s.modules_relabeled,
+      s.tensors_copied, s.bytes_read / 1e9, s.seconds);
   if (s.modules_transcoded > 0) {
     fmt::print(
         "transcode blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error "
@@ -431,7 +432,8 @@ const CommandRegistrar kConvert{
                       "(exit 1, with the fix)")
            ->delimiter(',');
        app.add_option("--modules", args->modules,
-                      "module globs to convert (default: routed experts, layers.*.ffn.experts.*)");
+                      "module globs to convert (default: the routed experts, named by the model "
+                      "family, e.g. layers.*.ffn.experts.* or model.layers.*.mlp.experts.*)");
        app.add_flag("--force", args->force,
                     "replace an existing destination checkpoint (swapped out only once the new one "
                     "is complete and checked)");
