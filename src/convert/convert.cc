@@ -586,6 +586,11 @@ bool is_float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d =
 // left quantized cannot be declared unquantized: one sentence names it.
 Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
                                            const std::vector<Module>& modules) {
+  const nlohmann::json& config = dir.config();
+  const bool compressed_tensors =
+      config.is_object() && config.contains("quantization_config") &&
+      config["quantization_config"].is_object() &&
+      config["quantization_config"].value("quant_method", "") == "compressed-tensors";
   std::set<std::string> converted, out;
   for (const auto& m : modules) converted.insert(m.name);
   for (const auto& t : dir.tensors()) {
@@ -603,6 +608,13 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
                            dir.find(module + ".weight_scale") != nullptr ||
                            dir.find(module + ".weight_scale_inv") != nullptr ||
                            dir.find(module + ".scale") != nullptr;
+    if (quantized && compressed_tensors) {
+      return Error{dir.path().string() + ": compressed-tensors checkpoint: '" + name + "' (" +
+                   describe_tensor(&t) +
+                   ") is quantized in a storage ModelOpt's NVFP4 form cannot declare, so it "
+                   "cannot be re-labeled exactly into a ModelOpt checkpoint; engines read its "
+                   "compressed-tensors NVFP4 as it is"};
+    }
     if (quantized) {
       return Error{dir.path().string() + ": '" + name + "' (" + describe_tensor(&t) +
                    ") stays quantized, but ModelOpt's NVFP4 form (what NVIDIA publishes for " +
