@@ -9,6 +9,7 @@ and `fp4moe check` exits 0. A family or layout convert cannot handle is refused 
 """
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -156,6 +157,21 @@ def test_gpt_oss_fused_experts_transcode_losslessly(tmp_path, synth_dir):
         if not (name.endswith("_blocks") or name.endswith("_scales")):
             assert np.array_equal(o[name].view(np.uint8), t[name].view(np.uint8)), name
     check_output(dst)
+    bench = ok("bench", "--checkpoint", dst, "--seconds", "0.01", "--json")
+    assert json.loads(bench.stdout), bench.stdout
+
+
+def test_gpt_oss_conversion_interrupted_leaves_nothing(tmp_path, synth_dir):
+    """The staged output and the interrupt handling hold for the fused layout too: SIGINT
+    after a few source tensors (the test hook, no sleeps) exits 130 and leaves no output and no
+    partial directory."""
+    from test_convert_cli import partials, start_paused
+    proc, _ = start_paused([synth_dir("gpt-oss-mxfp4"), tmp_path / "out"], after=5)
+    assert len(partials(tmp_path)) == 1, "the partial output exists while paused"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert not (tmp_path / "out").exists() and partials(tmp_path) == []
 
 
 # ---- Qwen3-MoE and MiniMax-M2 from BF16 or FP8 block-128: the ModelOpt recipe ---------------
