@@ -439,3 +439,22 @@ def test_an_unknown_family_is_named_in_one_sentence(tmp_path):
     assert "--modules" in message, message
     assert "no tensor" not in message and len(message.splitlines()) == 1, message
     assert not (tmp_path / "nv").exists()
+
+
+@pytest.mark.parametrize("corpus_dir", ["zai-org__GLM-5-FP8", "moonshotai__Kimi-K2-Instruct"])
+def test_kimi_and_glm_convert_through_the_v3_names(tmp_path, rng, corpus_dir):
+    """GLM-5 and Kimi-K2 (real configs, FP8 block-128 tensors in DeepSeek-V3's names, written by
+    test_verify_cli.make_v3_family): the routed experts by default, by the ModelOpt recipe."""
+    from test_verify_cli import make_v3_family
+    make_v3_family(tmp_path / "src", rng, corpus_dir, "fp8_block")
+    report = convert(tmp_path / "src", tmp_path / "nv")
+    assert report["modules_quantized"] == report["modules_converted"] == 16 * 3, report
+    t, o = tensors(tmp_path / "src"), tensors(tmp_path / "nv")
+    m = "model.layers.1.mlp.experts.3.down_proj"
+    exact = dequant_fp8_block(t[m + ".weight"], t[m + ".weight_scale_inv"])
+    packed, scales, ts = oracle_nvfp4(exact, F32(np.abs(exact).max()) / F32(6.0 * 448.0))
+    assert o[m + ".weight_scale_2"] == ts and np.array_equal(o[m + ".weight"], packed)
+    assert np.array_equal(o[m + ".weight_scale"].view(np.uint8), scales)
+    shared = "model.layers.1.mlp.shared_experts.down_proj"
+    assert np.array_equal(o[shared + ".weight"].view(np.uint8), t[shared + ".weight"].view(np.uint8))
+    check_output(tmp_path / "nv", tokens=5)
