@@ -649,6 +649,8 @@ Result<std::pair<nlohmann::json, nlohmann::json>> rewrite_modelopt_configs(
                                        {"weights", fp4},
                                        {"targets", {"Linear"}}}}}},
                                    {"quant_algo", algo},
+                                   // The KV cache is not quantized: said where engines look first.
+                                   {"kv_cache_scheme", nullptr},
                                    {"producer", producer},
                                    {"quant_method", "modelopt"},
                                    {"ignore", *exclude}};
