@@ -338,6 +338,8 @@ int run_convert(const ConvertArgs& args) {
         {"modules_transcoded_losslessly", s.modules_transcoded},
         {"modules_quantized", s.modules_quantized},
         {"modules_relabeled", s.modules_relabeled},
+        {"modules_dequantized_to_bf16", s.modules_dequantized},
+        {"max_dequantize_rel_error", s.max_dequantize_rel_error},
         {"max_quantize_rel_error", s.max_quantize_rel_error},
         {"tensors_copied", s.tensors_copied},
         {"bytes_read", s.bytes_read},
@@ -374,6 +376,12 @@ int run_convert(const ConvertArgs& args) {
         "quantized modules: worst relative L2 error {:.4f} against their exact values ({})\n",
         s.max_quantize_rel_error,
         args.to == "nvfp4" ? "NVIDIA ModelOpt NVFP4 recipe" : "OCP MXFP4, floor scales");
+  }
+  if (s.modules_dequantized > 0) {
+    fmt::print(
+        "{} FP8 block-128 modules left unconverted written in BF16 (NVIDIA's form for them): "
+        "worst relative L2 rounding error {:.2e}\n",
+        s.modules_dequantized, s.max_dequantize_rel_error);
   }
   for (const auto& line : engine_lines) fmt::print("engine rules: {}\n", line);
   if (args.to != "nvfp4") {

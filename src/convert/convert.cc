@@ -580,19 +580,40 @@ bool uses_modelopt_form(const nlohmann::json& config) {
 
 bool is_float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
 
+// The FP8 block-128 linears convert does not quantize, in the plain ModelOpt form: that form can
+// only call them unquantized, and NVIDIA's NVFP4 checkpoints of the FP8 releases keep such modules
+// in BF16 (nvidia/MiniMax-M2.5-NVFP4's attention, from MiniMaxAI's FP8 release), so they are
+// written in BF16: the exact FP8 values rounded once to nearest even.
+std::vector<Module> fp8_modules_left(const CheckpointDir& dir, const std::vector<Module>& modules) {
+  std::set<std::string> converted;
+  for (const auto& m : modules) converted.insert(m.name);
+  std::vector<Module> out;
+  for (const auto& t : dir.tensors()) {
+    const std::string& name = t.info->name;
+    if (!ends_with(name, ".weight") || t.info->dtype != DType::F8_E4M3) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    if (converted.count(module)) continue;
+    auto m = classify_module(dir, t, module, TargetFormat::kNvfp4);
+    if (m.ok() && m->kind == SourceKind::kFp8Block) out.push_back(std::move(*m));
+  }
+  return out;
+}
+
 // NVIDIA's exclusion list for the modules left as they are: every linear that is not converted,
 // a layer's attention as one `<prefix>layers.L.self_attn*` entry (how NVIDIA writes it, and what
 // covers the engines' fused qkv names), the rest by name; embeddings are not linears. A module
 // left quantized cannot be declared unquantized: one sentence names it.
 Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
-                                           const std::vector<Module>& modules) {
+                                           const std::vector<Module>& modules,
+                                           const std::vector<Module>& to_bf16) {
   const nlohmann::json& config = dir.config();
   const bool compressed_tensors =
       config.is_object() && config.contains("quantization_config") &&
       config["quantization_config"].is_object() &&
       config["quantization_config"].value("quant_method", "") == "compressed-tensors";
-  std::set<std::string> converted, out;
+  std::set<std::string> converted, bf16, out;
   for (const auto& m : modules) converted.insert(m.name);
+  for (const auto& m : to_bf16) bf16.insert(m.name);
   for (const auto& t : dir.tensors()) {
     const std::string& name = t.info->name;
     std::string module;
@@ -604,10 +625,11 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
       continue;
     }
     if (converted.count(module)) continue;
-    const bool quantized = !is_float_dtype(t.info->dtype) || ends_with(name, "_blocks") ||
-                           dir.find(module + ".weight_scale") != nullptr ||
-                           dir.find(module + ".weight_scale_inv") != nullptr ||
-                           dir.find(module + ".scale") != nullptr;
+    const bool quantized =
+        !bf16.count(module) && (!is_float_dtype(t.info->dtype) || ends_with(name, "_blocks") ||
+                                dir.find(module + ".weight_scale") != nullptr ||
+                                dir.find(module + ".weight_scale_inv") != nullptr ||
+                                dir.find(module + ".scale") != nullptr);
     if (quantized && compressed_tensors) {
       return Error{dir.path().string() + ": compressed-tensors checkpoint: '" + name + "' (" +
                    describe_tensor(&t) +
@@ -634,9 +656,9 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
 // `exclude_modules` from modelopt_exclusions; the source's own quantization_config (FP8 blocks,
 // gpt-oss's mxfp4, compressed-tensors) is replaced, since its tensors are gone.
 Result<std::pair<nlohmann::json, nlohmann::json>> rewrite_modelopt_configs(
-    const CheckpointDir& dir, const std::vector<Module>& modules, Nvfp4Dialect dialect,
-    const nlohmann::json& producer) {
-  auto exclude = modelopt_exclusions(dir, modules);
+    const CheckpointDir& dir, const std::vector<Module>& modules,
+    const std::vector<Module>& to_bf16, Nvfp4Dialect dialect, const nlohmann::json& producer) {
+  auto exclude = modelopt_exclusions(dir, modules, to_bf16);
   if (!exclude.ok()) return exclude.error();
   const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
   const std::string algo(dialect_name(dialect));
@@ -894,11 +916,13 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   writer_options.replace_existing = options.force;
   writer_options.cancel = options.cancel;
   writer_options.on_remove_progress = options.on_remove_progress;
+  std::vector<Module> to_bf16;  // FP8 blocks left by the plain ModelOpt form, written in BF16
   if (to_nvfp4) {
     const nlohmann::json producer =
         producer_of(options.dialect, summary.input_scales_calibrated > 0);
     if (uses_modelopt_form(dir->config())) {
-      auto configs = rewrite_modelopt_configs(*dir, modules, options.dialect, producer);
+      to_bf16 = fp8_modules_left(*dir, modules);
+      auto configs = rewrite_modelopt_configs(*dir, modules, to_bf16, options.dialect, producer);
       if (!configs.ok()) return configs.error();
       std::tie(summary.config, summary.hf_quant_config) = std::move(*configs);
     } else {
@@ -926,11 +950,24 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       module_of_scale[modules[i].name + ".input_scale"] = i;
     }
   }
+  std::map<std::string, size_t> bf16_of_weight;
+  std::set<std::string> bf16_scales;
+  for (size_t i = 0; i < to_bf16.size(); ++i) {
+    bf16_of_weight[to_bf16[i].weight->info->name] = i;
+    bf16_scales.insert(to_bf16[i].scale->info->name);
+    if (dir->find(to_bf16[i].name + ".input_scale") != nullptr) {
+      bf16_scales.insert(to_bf16[i].name + ".input_scale");
+    }
+  }
   // The plan: source order; a converted weight becomes the target's tensors, its scales dropped.
   std::vector<TensorSpec> plan;
   for (const auto& t : dir->tensors()) {
     const std::string& name = t.info->name;
-    if (module_of_scale.count(name)) continue;
+    if (module_of_scale.count(name) || bf16_scales.count(name)) continue;
+    if (bf16_of_weight.count(name)) {
+      plan.push_back({name, DType::BF16, t.info->shape});
+      continue;
+    }
     if (auto it = module_of_weight.find(name); it != module_of_weight.end()) {
       const auto& m = modules[it->second];
       if (to_nvfp4) {
@@ -1021,7 +1058,30 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       std::vector<uint8_t>().swap(m.packed);  // keep memory to the groups in flight
       std::vector<uint8_t>().swap(m.block_scales);
       ++summary.modules_converted;
-    } else if (!module_of_scale.count(name)) {
+    } else if (auto b = bf16_of_weight.find(name); b != bf16_of_weight.end()) {
+      const Module& m = to_bf16[b->second];
+      if (module_is_hole(*dir, m)) {
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(name));
+      } else {
+        auto values = module_values(*dir, m);
+        if (!values.ok()) return values.error();
+        std::vector<uint16_t> bits(values->size());
+        double err2 = 0, ref2 = 0;
+        for (size_t j = 0; j < bits.size(); ++j) {
+          bits[j] = formats::encode_bf16((*values)[j]);
+          const double d = static_cast<double>(formats::decode_bf16(bits[j])) - (*values)[j];
+          err2 += d * d;
+          ref2 += static_cast<double>((*values)[j]) * (*values)[j];
+        }
+        if (ref2 > 0) {
+          summary.max_dequantize_rel_error =
+              std::max(summary.max_dequantize_rel_error, std::sqrt(err2 / ref2));
+        }
+        FP4MOE_RETURN_IF_ERROR(writer->write(name, as_tensor_bytes(bits)));
+      }
+      summary.bytes_written += static_cast<uint64_t>(m.rows * m.cols) * 2;
+      ++summary.modules_dequantized;
+    } else if (!module_of_scale.count(name) && !bf16_scales.count(name)) {
       if (is_file_hole(*dir, t)) {
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(name));
       } else {

@@ -90,10 +90,14 @@ struct ConvertOptions {
 struct ConvertSummary {
   formats::TranscodeReport report;  // MXFP4 -> NVFP4 transcodes, all groups merged
   size_t modules_converted = 0;
-  size_t modules_transcoded = 0;      // of which MXFP4 -> NVFP4, losslessly
-  size_t modules_quantized = 0;       // of which quantized from BF16 / FP8 values
-  size_t modules_relabeled = 0;       // of which compressed-tensors NVFP4, re-labeled exactly
-  double max_quantize_rel_error = 0;  // worst ||dequant(q) - w|| / ||w|| of a quantized module
+  size_t modules_transcoded = 0;  // of which MXFP4 -> NVFP4, losslessly
+  size_t modules_quantized = 0;   // of which quantized from BF16 / FP8 values
+  size_t modules_relabeled = 0;   // of which compressed-tensors NVFP4, re-labeled exactly
+  // Plain ModelOpt form (Qwen3-MoE, MiniMax-M2, ...): FP8 block-128 linears not converted are
+  // written in BF16, as NVIDIA's NVFP4 checkpoints of FP8 releases keep them (docs/CONVERT.md).
+  size_t modules_dequantized = 0;
+  double max_dequantize_rel_error = 0;  // worst ||bf16(w) - w|| / ||w|| of those
+  double max_quantize_rel_error = 0;    // worst ||dequant(q) - w|| / ||w|| of a quantized module
   size_t tensors_copied = 0;
   Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;  // NVFP4 output only
   size_t input_scales_calibrated = 0;          // kW4A4: modules whose input_scale came from a file

@@ -163,6 +163,18 @@ def test_gpt_oss_fused_experts_transcode_losslessly(tmp_path, synth_dir):
     assert json.loads(bench.stdout), bench.stdout
 
 
+def test_a_module_left_quantized_is_refused_in_one_sentence(tmp_path, synth_dir):
+    """The plain ModelOpt form can only call what it does not convert unquantized: gpt-oss's
+    down_proj left MXFP4 would be read as BF16, so convert refuses before writing anything."""
+    out = run("convert", synth_dir("gpt-oss-mxfp4"), tmp_path / "nv", "--modules",
+              "model.layers.*.mlp.experts.gate_up_proj")
+    assert out.returncode == 2, out.stderr
+    message = out.stderr.strip()
+    assert "down_proj_blocks" in message and "stays quantized" in message, message
+    assert "--modules" in message and len(message.splitlines()) == 1, message
+    assert not (tmp_path / "nv").exists()
+
+
 def test_gpt_oss_conversion_interrupted_leaves_nothing(tmp_path, synth_dir):
     """The staged output and the interrupt handling hold for the fused layout too: SIGINT
     after a few source tensors (the test hook, no sleeps) exits 130 and leaves no output and no
@@ -260,20 +272,8 @@ def test_qwen3_and_minimax_follow_nvidias_modelopt_form(tmp_path, synth_dir, rng
     t = make_family(synth_dir("bf16"), src, family, fp8, rng)
     experts = "block_sparse_moe.experts" if family == "minimax" else "mlp.experts"
     gate, up, down = ("w1", "w3", "w2") if family == "minimax" else ("gate_proj", "up_proj", "down_proj")
-    extra = []
-    if fp8:
-        # The FP8 release keeps attention in FP8 blocks, which NVIDIA's plain-NVFP4 form can only
-        # declare as unquantized: convert refuses in one sentence, writing nothing ...
-        refused = run("convert", src, tmp_path / "refused")
-        assert refused.returncode == 2, refused.stderr
-        message = refused.stderr.strip()
-        assert "self_attn" in message and "--modules" in message, message
-        assert "no tensor" not in message and len(message.splitlines()) == 1, message
-        assert not (tmp_path / "refused").exists()
-        # ... and converts it when asked to convert the attention too (as NVIDIA's Qwen3 does).
-        extra = ["--modules", f"model.layers.*.{experts}.*", "model.layers.*.self_attn.*"]
     dst = tmp_path / "nv"
-    report = convert(src, dst, *extra)
+    report = convert(src, dst)
     assert report["modules_quantized"] == report["modules_converted"] > 0, report
     o = tensors(dst)
     # NVIDIA's form (tests/data/corpus/nvidia__Qwen3-235B-A22B-NVFP4, nvidia__MiniMax-M2.5-NVFP4).
@@ -285,7 +285,7 @@ def test_qwen3_and_minimax_follow_nvidias_modelopt_form(tmp_path, synth_dir, rng
     router = f"model.layers.0.{'block_sparse_moe' if family == 'minimax' else 'mlp'}.gate"
     assert router in theirs["exclude_modules"] and router in hf["quantization"]["exclude_modules"]
     assert "lm_head" in hf["quantization"]["exclude_modules"]
-    assert ("model.layers.0.self_attn*" in hf["quantization"]["exclude_modules"]) == (not fp8)
+    assert "model.layers.0.self_attn*" in hf["quantization"]["exclude_modules"]
     qc = json.loads((dst / "config.json").read_text())["quantization_config"]
     assert qc["quant_method"] == "modelopt" and qc["ignore"] == hf["quantization"]["exclude_modules"]
     # (b) every converted module against the ModelOpt recipe on its exact source values: w1/w3
@@ -306,7 +306,27 @@ def test_qwen3_and_minimax_follow_nvidias_modelopt_form(tmp_path, synth_dir, rng
             rel = np.linalg.norm(back - exact[w]) / np.linalg.norm(exact[w])
             assert rel < QUANTIZE_REL_L2_BOUND, (m, rel)
             assert m + ".weight_scale_inv" not in o
+    # An FP8 release keeps attention in FP8 blocks, which NVIDIA's plain form can only call
+    # unquantized; NVIDIA's MiniMax-M2.5-NVFP4 (from MiniMaxAI's FP8 release) keeps it in BF16:
+    # the exact FP8 values rounded once to nearest even (ml_dtypes' cast), scales dropped.
+    attention = [n[:-7] for n in t if ".self_attn." in n and n.endswith(".weight") and t[n].ndim == 2]
+    assert attention
+    assert report["modules_dequantized_to_bf16"] == (len(attention) if fp8 else 0), report
+    for m in attention:
+        want = exact_values(t, m).astype(ml_dtypes.bfloat16)
+        assert o[m + ".weight"].dtype == ml_dtypes.bfloat16, m
+        assert np.array_equal(o[m + ".weight"].view(np.uint16), want.view(np.uint16)), m
+        assert m + ".weight_scale_inv" not in o
     check_output(dst)
+    if fp8:
+        # Or NVFP4 attention too, as NVIDIA's Qwen3-235B-A22B-NVFP4 has it, when asked.
+        both = tmp_path / "nv-attn"
+        report = convert(src, both, "--modules", f"model.layers.*.{experts}.*", "model.layers.*.self_attn.*")
+        assert report["modules_dequantized_to_bf16"] == 0
+        assert report["modules_quantized"] == report["modules_converted"] > len(attention), report
+        excluded = json.loads((both / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+        assert not [x for x in excluded if "self_attn" in x], excluded
+        check_output(both)
 
 
 # ---- compressed-tensors NVFP4 -> ModelOpt NVFP4: re-labeled, the tensor scale reciprocated ------
