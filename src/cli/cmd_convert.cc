@@ -337,6 +337,9 @@ int run_convert(const ConvertArgs& args) {
         {"modules_converted", s.modules_converted},
         {"modules_transcoded_losslessly", s.modules_transcoded},
         {"modules_quantized", s.modules_quantized},
+        {"modules_relabeled", s.modules_relabeled},
+        {"modules_dequantized_to_bf16", s.modules_dequantized},
+        {"max_dequantize_rel_error", s.max_dequantize_rel_error},
         {"max_quantize_rel_error", s.max_quantize_rel_error},
         {"tensors_copied", s.tensors_copied},
         {"bytes_read", s.bytes_read},
@@ -357,10 +360,10 @@ int run_convert(const ConvertArgs& args) {
     return 0;
   }
   fmt::print(
-      "converted {} modules to {} ({} MXFP4 transcoded losslessly, {} quantized), copied {} "
-      "tensors, {:.2f} GB in {:.1f} s\n",
-      s.modules_converted, args.to, s.modules_transcoded, s.modules_quantized, s.tensors_copied,
-      s.bytes_read / 1e9, s.seconds);
+      "converted {} modules to {} ({} MXFP4 transcoded losslessly, {} quantized, {} "
+      "compressed-tensors NVFP4 re-labeled exactly), copied {} tensors, {:.2f} GB in {:.1f} s\n",
+      s.modules_converted, args.to, s.modules_transcoded, s.modules_quantized, s.modules_relabeled,
+      s.tensors_copied, s.bytes_read / 1e9, s.seconds);
   if (s.modules_transcoded > 0) {
     fmt::print(
         "transcode blocks: {} total, {} lossless, {} all-zero, {} requantized (max abs error "
@@ -373,6 +376,12 @@ int run_convert(const ConvertArgs& args) {
         "quantized modules: worst relative L2 error {:.4f} against their exact values ({})\n",
         s.max_quantize_rel_error,
         args.to == "nvfp4" ? "NVIDIA ModelOpt NVFP4 recipe" : "OCP MXFP4, floor scales");
+  }
+  if (s.modules_dequantized > 0) {
+    fmt::print(
+        "{} FP8 block-128 modules left unconverted written in BF16 (NVIDIA's form for them): "
+        "worst relative L2 rounding error {:.2e}\n",
+        s.modules_dequantized, s.max_dequantize_rel_error);
   }
   for (const auto& line : engine_lines) fmt::print("engine rules: {}\n", line);
   if (args.to != "nvfp4") {
@@ -432,7 +441,8 @@ const CommandRegistrar kConvert{
                       "(exit 1, with the fix)")
            ->delimiter(',');
        app.add_option("--modules", args->modules,
-                      "module globs to convert (default: routed experts, layers.*.ffn.experts.*)");
+                      "module globs to convert (default: the routed experts, named by the model "
+                      "family, e.g. layers.*.ffn.experts.* or model.layers.*.mlp.experts.*)");
        app.add_flag("--force", args->force,
                     "replace an existing destination checkpoint (swapped out only once the new one "
                     "is complete and checked)");

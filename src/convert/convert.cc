@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "check/check.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -19,6 +20,7 @@
 #include "detect/directory.h"
 #include "formats/block.h"
 #include "formats/scalar.h"
+#include "model/moe_checkpoint.h"
 
 namespace fp4moe::convert {
 namespace {
@@ -42,12 +44,17 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
   return false;
 }
 
-// w1 and w3 (gate and up) of one expert feed one fused GEMM, so they share one tensor scale.
+// Gate and up of one expert feed one fused GEMM, so they share one tensor scale; their names are
+// the family table's (model/: w1/w3, gate_proj/up_proj). A fused gpt-oss gate_up tensor is one
+// module already.
 std::string group_key(const std::string& module) {
-  for (const auto& [a, b] : {std::pair{".w1", ".w3"}, std::pair{".gate_proj", ".up_proj"}}) {
-    for (const char* suffix : {a, b}) {
-      if (ends_with(module, suffix)) {
-        return module.substr(0, module.size() - std::strlen(suffix)) + "." + a + "+" + b;
+  for (const auto& naming : model::moe_namings()) {
+    if (naming.up.empty()) continue;
+    for (const std::string* suffix : {&naming.gate, &naming.up}) {
+      const std::string dotted = "." + *suffix;
+      if (ends_with(module, dotted)) {
+        return module.substr(0, module.size() - dotted.size()) + "." + naming.gate + "+" +
+               naming.up;
       }
     }
   }
@@ -68,7 +75,7 @@ bool is_file_hole(const CheckpointDir& dir, const CheckpointTensor& t) {
                                   t.info->byte_size());
 }
 
-enum class SourceKind { kMxfp4, kFloat, kFp8Block };
+enum class SourceKind { kMxfp4, kFloat, kFp8Block, kNvfp4Ct };
 
 std::string_view source_kind_name(SourceKind kind) {
   switch (kind) {
@@ -78,6 +85,8 @@ std::string_view source_kind_name(SourceKind kind) {
       return "BF16";
     case SourceKind::kFp8Block:
       return "FP8 block-128";
+    case SourceKind::kNvfp4Ct:
+      return "compressed-tensors NVFP4";
   }
   return "?";
 }
@@ -86,13 +95,30 @@ struct Module {
   std::string name;
   SourceKind kind = SourceKind::kFloat;
   const CheckpointTensor* weight = nullptr;
-  const CheckpointTensor* scale = nullptr;  // block scales of MXFP4 / FP8; null for BF16
-  int64_t rows = 0, cols = 0;               // logical [N, K]
+  const CheckpointTensor* scale = nullptr;  // block scales of MXFP4 / FP8 / NVFP4; null for BF16
+  const CheckpointTensor* global_scale = nullptr;        // compressed-tensors weight_global_scale
+  const CheckpointTensor* input_global_scale = nullptr;  // compressed-tensors, if present
+  int64_t rows = 0, cols = 0;                            // logical [N, K]
+  // gpt-oss's fused experts: the source is `<name>_blocks` [E, N, K/32, 16] + `<name>_scales`,
+  // seen as one [E*N, K] matrix; the output is ModelOpt's fused export, `<name>` [E, N, K/2] and
+  // `<name>_weight_scale` [E, N, K/16] with scalar `<name>_weight_scale_2` / `_input_scale`.
+  int64_t fused_experts = 0;  // E; 0 for a per-module linear
   size_t group = 0;
   std::vector<uint8_t> packed, block_scales;  // output, alive until written
   float tensor_scale = 1.0f;
   float input_scale = 1.0f;  // NVFP4 W4A4 output: activation amax / (6 * 448)
   bool hole = false;         // the source is file holes (all zeros): outputs written as holes
+
+  // Output tensor names: "<name>.weight_scale" per module, "<name>_weight_scale" fused.
+  std::string out(std::string_view what) const {
+    if (fused_experts > 0) return what == "weight" ? name : name + "_" + std::string(what);
+    return name + "." + std::string(what);
+  }
+  // Output shape of a tensor with `per_row` entries per row: [N, per_row] or [E, N / E, per_row].
+  std::vector<int64_t> out_shape(int64_t per_row) const {
+    if (fused_experts > 0) return {fused_experts, rows / fused_experts, per_row};
+    return {rows, per_row};
+  }
 };
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -121,6 +147,31 @@ Result<Module> classify_module(const CheckpointDir& dir, const CheckpointTensor&
                  (to == TargetFormat::kNvfp4 ? "NVFP4" : "MXFP4")};
   };
   if (w.shape.size() != 2) return fail("not a 2-D linear weight");
+  const auto* ct_scale = dir.find(module + ".weight_scale");
+  const auto* ct_global = dir.find(module + ".weight_global_scale");
+  if (ends_with(w.name, ".weight_packed")) {
+    // compressed-tensors NVFP4 (FORMATS.md §3): re-labeled exactly into ModelOpt's names.
+    if (w.dtype != DType::U8 || ct_scale == nullptr || ct_scale->info->dtype != DType::F8_E4M3 ||
+        ct_scale->info->shape != std::vector<int64_t>{w.shape[0], w.shape[1] / 8} ||
+        w.shape[1] % 8 != 0 || ct_global == nullptr || ct_global->info->dtype != DType::F32 ||
+        ct_global->info->element_count != 1) {
+      return fail(
+          "not compressed-tensors NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 "
+          "[N, K/16], weight_global_scale F32 [1])");
+    }
+    if (to != TargetFormat::kNvfp4) return fail("already NVFP4 (compressed-tensors)");
+    m.kind = SourceKind::kNvfp4Ct;
+    m.scale = ct_scale;
+    m.global_scale = ct_global;
+    m.input_global_scale = dir.find(module + ".input_global_scale");
+    if (m.input_global_scale != nullptr && (m.input_global_scale->info->dtype != DType::F32 ||
+                                            m.input_global_scale->info->element_count != 1)) {
+      return fail("input_global_scale is not one F32");
+    }
+    m.rows = w.shape[0];
+    m.cols = w.shape[1] * 2;
+    return m;
+  }
   if ((w.dtype == DType::I8 || w.dtype == DType::U8) && scale != nullptr &&
       (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
       scale->info->shape.size() == 2 && scale->info->shape[0] == w.shape[0] &&
@@ -160,17 +211,72 @@ Result<Module> classify_module(const CheckpointDir& dir, const CheckpointTensor&
   return m;
 }
 
+// gpt-oss's fused experts: `<module>_blocks` U8 [E, N, K/32, 16] + `<module>_scales` U8/E8M0
+// [E, N, K/32], one MXFP4 matrix of E*N rows (the nibble and scale bytes are already row-major).
+Result<Module> classify_fused(const CheckpointDir& dir, const CheckpointTensor& blocks,
+                              const std::string& module, TargetFormat to) {
+  const auto* scales = dir.find(module + "_scales");
+  const auto& b = blocks.info->shape;
+  if (blocks.info->dtype != DType::U8 || b.size() != 4 || b[3] != 16 || scales == nullptr ||
+      (scales->info->dtype != DType::U8 && scales->info->dtype != DType::F8_E8M0) ||
+      scales->info->shape != std::vector<int64_t>{b[0], b[1], b[2]}) {
+    return Error{dir.path().string() + ": '" + module + "_blocks' (" + describe_tensor(&blocks) +
+                 ") with '" + module +
+                 "_scales' is not gpt-oss's MXFP4 layout U8 [E, N, K/32, "
+                 "16] + E8M0 [E, N, K/32]; cannot convert it"};
+  }
+  if (to != TargetFormat::kNvfp4) {
+    return Error{dir.path().string() + ": '" + module +
+                 "_blocks' is already MXFP4 (gpt-oss's fused layout); --to mxfp4 has nothing to "
+                 "do for it"};
+  }
+  Module m;
+  m.name = module;
+  m.kind = SourceKind::kMxfp4;
+  m.weight = &blocks;
+  m.scale = scales;
+  m.fused_experts = b[0];
+  m.rows = b[0] * b[1];
+  m.cols = b[2] * 32;
+  return m;
+}
+
+// The modules to convert: those matching the patterns, or by default the routed experts of the
+// checkpoint's family as model/'s table names them (model::find_moe_naming): one home per fact.
+// A checkpoint whose family or storage convert cannot handle gets one sentence naming it.
 Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
-                                         const std::vector<std::string>& patterns,
-                                         TargetFormat to) {
+                                         std::vector<std::string> patterns, TargetFormat to) {
+  if (patterns.empty()) {
+    auto naming =
+        model::find_moe_naming(dir, "convert converts by default; name them with --modules");
+    if (!naming.ok()) return naming.error();
+    patterns.push_back(model::routed_expert_glob(*naming));
+    // A compressed-tensors checkpoint cannot be half compressed-tensors, half ModelOpt: every
+    // compressed-tensors NVFP4 module is re-labeled (the shared experts too, where they are).
+    for (const auto& t : dir.tensors()) {
+      if (ends_with(t.info->name, ".weight_packed")) {
+        patterns.push_back(t.info->name.substr(0, t.info->name.size() - 14));
+      }
+    }
+  }
   std::vector<Module> modules;
   std::map<std::string, size_t> groups;
   for (const auto& t : dir.tensors()) {
     const std::string& name = t.info->name;
-    if (!ends_with(name, ".weight")) continue;
-    const std::string module = name.substr(0, name.size() - 7);
-    if (!matches_any(module, patterns)) continue;
-    auto m = classify_module(dir, t, module, to);
+    Result<Module> m = Error{""};
+    std::string module;
+    if (ends_with(name, ".weight") || ends_with(name, ".weight_packed")) {
+      module = name.substr(0, name.rfind('.'));
+      // A glob over a layer's attention or MLP also covers its norms: 1-D, not linears.
+      if (!matches_any(module, patterns) || t.info->shape.size() < 2) continue;
+      m = classify_module(dir, t, module, to);
+    } else if (ends_with(name, "_blocks")) {
+      module = name.substr(0, name.size() - 7);
+      if (!matches_any(module, patterns)) continue;
+      m = classify_fused(dir, t, module, to);
+    } else {
+      continue;
+    }
     if (!m.ok()) return m.error();
     m->group = groups.emplace(group_key(module), groups.size()).first->second;
     modules.push_back(std::move(*m));
@@ -178,12 +284,28 @@ Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
   if (modules.empty()) {
     std::string list;
     for (const auto& p : patterns) list += (list.empty() ? "" : ", ") + p;
-    return Error{dir.path().string() + ": no tensor matches the module patterns (" + list + ")"};
+    return Error{dir.path().string() +
+                 ": no linear weight ('.weight', '.weight_packed' or "
+                 "gpt-oss '_blocks') matches the module patterns (" +
+                 list + ")"};
   }
   return modules;
 }
 
 using checkpoint::tensor_bytes;
+
+// 1 / weight_global_scale in float32: compressed-tensors' global scale is the reciprocal of
+// ModelOpt's weight_scale_2 (FORMATS.md §2); it must be finite and > 0.
+Result<float> ct_tensor_scale(const CheckpointDir& dir, const Module& m) {
+  auto gs = checkpoint::read_f32(dir, *m.global_scale);
+  if (!gs.ok()) return gs.error();
+  const float g = (*gs)[0];
+  if (!std::isfinite(g) || g <= 0.0f) {
+    return Error{dir.path().string() + ": '" + m.global_scale->info->name + "' is " +
+                 std::to_string(g) + ", not a finite positive global scale"};
+  }
+  return 1.0f / g;
+}
 
 // The module's exact values in float32 (BF16/F16 widen exactly; FP8 and MXFP4 dequantize exactly).
 Result<std::vector<float>> module_values(const CheckpointDir& dir, const Module& m) {
@@ -215,8 +337,38 @@ Result<std::vector<float>> module_values(const CheckpointDir& dir, const Module&
       if (!st.ok()) return st.error();
       return out;
     }
+    case SourceKind::kNvfp4Ct: {
+      auto s = tensor_bytes(dir, *m.scale);
+      if (!s.ok()) return s.error();
+      auto ts = ct_tensor_scale(dir, m);
+      if (!ts.ok()) return ts.error();
+      const Status st = formats::dequantize_nvfp4(name, *w, *s, *ts, m.rows, m.cols, out);
+      if (!st.ok()) return st.error();
+      return out;
+    }
   }
   return out;
+}
+
+// compressed-tensors NVFP4 -> ModelOpt NVFP4, exactly: the nibbles and the E4M3 block scales are
+// the same bytes in both (FORMATS.md §3), only the names change; the tensor scale is the float32
+// reciprocal of weight_global_scale, which is how the readers of compressed-tensors themselves
+// turn it into the dequantization multiplier (model/ here, the engines' NVFP4 MoE methods).
+Status relabel_group(const CheckpointDir& dir, std::vector<Module*>& members,
+                     ConvertSummary& summary) {
+  for (Module* m : members) {
+    auto packed = tensor_bytes(dir, *m->weight);
+    if (!packed.ok()) return packed.error();
+    auto scales = tensor_bytes(dir, *m->scale);
+    if (!scales.ok()) return scales.error();
+    auto ts = ct_tensor_scale(dir, *m);
+    if (!ts.ok()) return ts.error();
+    m->packed.assign(packed->begin(), packed->end());
+    m->block_scales.assign(scales->begin(), scales->end());
+    m->tensor_scale = *ts;
+  }
+  summary.modules_relabeled += members.size();
+  return Status::Ok();
 }
 
 bool module_is_hole(const CheckpointDir& dir, const Module& m) {
@@ -314,38 +466,51 @@ Status convert_group(const CheckpointDir& dir, std::vector<Module*>& members, Ta
         summary.report.blocks_total += blocks;
         summary.report.blocks_all_zero += blocks;
         ++summary.modules_transcoded;
+      } else if (m->kind == SourceKind::kNvfp4Ct) {
+        ++summary.modules_relabeled;
       } else {
         ++summary.modules_quantized;
       }
     }
     return Status::Ok();
   }
-  const bool all_mxfp4 = std::all_of(members.begin(), members.end(),
-                                     [](const Module* m) { return m->kind == SourceKind::kMxfp4; });
-  if (to == TargetFormat::kNvfp4 && all_mxfp4) return transcode_group(dir, members, summary);
+  const auto all = [&](SourceKind kind) {
+    return std::all_of(members.begin(), members.end(),
+                       [&](const Module* m) { return m->kind == kind; });
+  };
+  if (to == TargetFormat::kNvfp4 && all(SourceKind::kMxfp4)) {
+    return transcode_group(dir, members, summary);
+  }
+  if (to == TargetFormat::kNvfp4 && all(SourceKind::kNvfp4Ct)) {
+    return relabel_group(dir, members, summary);
+  }
   return quantize_group(dir, members, to, summary);
+}
+
+nlohmann::json producer_of(Nvfp4Dialect dialect, bool calibrated) {
+  const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
+  const char* note =
+      !w4a4 ? "weight-only NVFP4 (ModelOpt W4A16_NVFP4): no input_scale tensors; activations "
+              "stay in BF16"
+      : calibrated
+          ? "NVFP4 (ModelOpt NVFP4, W4A4): input_scale calibrated (the activation amax file "
+            "given to fp4moe convert --activation-amax, or the source's own input scales)"
+          : "NVFP4 (ModelOpt NVFP4, W4A4) declared so that engines route the experts to their "
+            "NVFP4 MoE methods; input_scale is an UNCALIBRATED default (1.0, activation amax "
+            "2688): right for weight-only (Marlin) kernels, which ignore it, not for W4A4 kernels";
+  return {{"name", "fp4moe"}, {"version", kVersion}, {"note", note}};
 }
 
 std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const CheckpointDir& dir,
                                                                 const std::vector<Module>& modules,
                                                                 Nvfp4Dialect dialect,
-                                                                bool calibrated) {
+                                                                const nlohmann::json& producer) {
   const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
   const std::string algo(dialect_name(dialect));
   nlohmann::json layers = nlohmann::json::object();
   for (const auto& m : modules) {
     layers[container_of(m.name)] = {{"quant_algo", algo}, {"group_size", 16}};
   }
-  const char* note =
-      !w4a4 ? "weight-only NVFP4 (ModelOpt W4A16_NVFP4): no input_scale tensors; activations "
-              "stay in BF16"
-      : calibrated
-          ? "NVFP4 (ModelOpt NVFP4, W4A4): input_scale from the activation amax file given to "
-            "fp4moe convert --activation-amax"
-          : "NVFP4 (ModelOpt NVFP4, W4A4) declared so that engines route the experts to their "
-            "NVFP4 MoE methods; input_scale is an UNCALIBRATED default (1.0, activation amax "
-            "2688): right for weight-only (Marlin) kernels, which ignore it, not for W4A4 kernels";
-  const nlohmann::json producer = {{"name", "fp4moe"}, {"version", kVersion}, {"note", note}};
   nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
   nlohmann::json qc =
       config.contains("quantization_config") && config["quantization_config"].is_object()
@@ -396,6 +561,130 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const Checkpoint
   return {config, hf_quant};
 }
 
+// Model families whose NVFP4 checkpoints NVIDIA publishes in ModelOpt's plain `NVFP4` form
+// (nvidia/Qwen3-235B-A22B-NVFP4, nvidia/MiniMax-M2.5-NVFP4; ModelOpt's export of gpt-oss): one
+// `quant_algo` for every quantized linear, everything else listed in `exclude_modules` / `ignore`.
+// A compressed-tensors source is written in this form too: its own config describes tensors the
+// output no longer has.
+bool uses_modelopt_form(const nlohmann::json& config) {
+  const nlohmann::json& c = config.contains("text_config") && config["text_config"].is_object() &&
+                                    !config.contains("hidden_size")
+                                ? config["text_config"]
+                                : config;
+  const std::string type = c.is_object() ? c.value("model_type", "") : "";
+  const bool ct = config.is_object() && config.contains("quantization_config") &&
+                  config["quantization_config"].is_object() &&
+                  config["quantization_config"].value("quant_method", "") == "compressed-tensors";
+  return ct || type == "qwen3_moe" || type == "minimax_m2" || type == "gpt_oss";
+}
+
+bool is_float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
+
+// The FP8 block-128 linears convert does not quantize, in the plain ModelOpt form: that form can
+// only call them unquantized, and NVIDIA's NVFP4 checkpoints of the FP8 releases keep such modules
+// in BF16 (nvidia/MiniMax-M2.5-NVFP4's attention, from MiniMaxAI's FP8 release), so they are
+// written in BF16: the exact FP8 values rounded once to nearest even.
+std::vector<Module> fp8_modules_left(const CheckpointDir& dir, const std::vector<Module>& modules) {
+  std::set<std::string> converted;
+  for (const auto& m : modules) converted.insert(m.name);
+  std::vector<Module> out;
+  for (const auto& t : dir.tensors()) {
+    const std::string& name = t.info->name;
+    if (!ends_with(name, ".weight") || t.info->dtype != DType::F8_E4M3) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    if (converted.count(module)) continue;
+    auto m = classify_module(dir, t, module, TargetFormat::kNvfp4);
+    if (m.ok() && m->kind == SourceKind::kFp8Block) out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+// NVIDIA's exclusion list for the modules left as they are: every linear that is not converted,
+// a layer's attention as one `<prefix>layers.L.self_attn*` entry (how NVIDIA writes it, and what
+// covers the engines' fused qkv names), the rest by name; embeddings are not linears. A module
+// left quantized cannot be declared unquantized: one sentence names it.
+Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
+                                           const std::vector<Module>& modules,
+                                           const std::vector<Module>& to_bf16) {
+  const nlohmann::json& config = dir.config();
+  const bool compressed_tensors =
+      config.is_object() && config.contains("quantization_config") &&
+      config["quantization_config"].is_object() &&
+      config["quantization_config"].value("quant_method", "") == "compressed-tensors";
+  std::set<std::string> converted, bf16, out;
+  for (const auto& m : modules) converted.insert(m.name);
+  for (const auto& m : to_bf16) bf16.insert(m.name);
+  for (const auto& t : dir.tensors()) {
+    const std::string& name = t.info->name;
+    std::string module;
+    if (ends_with(name, ".weight") || ends_with(name, ".weight_packed")) {
+      module = name.substr(0, name.rfind('.'));
+    } else if (ends_with(name, "_blocks")) {
+      module = name.substr(0, name.size() - 7);
+    } else {
+      continue;
+    }
+    if (converted.count(module)) continue;
+    const bool quantized =
+        !bf16.count(module) && (!is_float_dtype(t.info->dtype) || ends_with(name, "_blocks") ||
+                                dir.find(module + ".weight_scale") != nullptr ||
+                                dir.find(module + ".weight_scale_inv") != nullptr ||
+                                dir.find(module + ".scale") != nullptr);
+    if (quantized && compressed_tensors) {
+      return Error{dir.path().string() + ": compressed-tensors checkpoint: '" + name + "' (" +
+                   describe_tensor(&t) +
+                   ") is quantized in a storage ModelOpt's NVFP4 form cannot declare, so it "
+                   "cannot be re-labeled exactly into a ModelOpt checkpoint; engines read its "
+                   "compressed-tensors NVFP4 as it is"};
+    }
+    if (quantized) {
+      return Error{dir.path().string() + ": '" + name + "' (" + describe_tensor(&t) +
+                   ") stays quantized, but ModelOpt's NVFP4 form (what NVIDIA publishes for " +
+                   "this family) declares every module it does not convert as unquantized, so "
+                   "the output would be read wrongly; convert it too with --modules, or serve "
+                   "the source as it is"};
+    }
+    if (t.info->shape.size() != 2 || module.find("embed") != std::string::npos) continue;
+    const auto attn = module.find(".self_attn.");
+    out.insert(attn == std::string::npos ? module : module.substr(0, attn) + ".self_attn*");
+  }
+  return nlohmann::json(std::vector<std::string>(out.begin(), out.end()));
+}
+
+// config.json and hf_quant_config.json in ModelOpt's plain form, as nvidia/MiniMax-M2.5-NVFP4
+// writes them (tests/data/corpus): `quant_method: modelopt`, one `quant_algo`, `ignore` /
+// `exclude_modules` from modelopt_exclusions; the source's own quantization_config (FP8 blocks,
+// gpt-oss's mxfp4, compressed-tensors) is replaced, since its tensors are gone.
+Result<std::pair<nlohmann::json, nlohmann::json>> rewrite_modelopt_configs(
+    const CheckpointDir& dir, const std::vector<Module>& modules,
+    const std::vector<Module>& to_bf16, Nvfp4Dialect dialect, const nlohmann::json& producer) {
+  auto exclude = modelopt_exclusions(dir, modules, to_bf16);
+  if (!exclude.ok()) return exclude.error();
+  const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
+  const std::string algo(dialect_name(dialect));
+  const nlohmann::json fp4 = {
+      {"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}};
+  nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
+  config["quantization_config"] = {{"config_groups",
+                                    {{"group_0",
+                                      {{"input_activations", w4a4 ? fp4 : nlohmann::json(nullptr)},
+                                       {"weights", fp4},
+                                       {"targets", {"Linear"}}}}}},
+                                   {"quant_algo", algo},
+                                   // The KV cache is not quantized: said where engines look first.
+                                   {"kv_cache_scheme", nullptr},
+                                   {"producer", producer},
+                                   {"quant_method", "modelopt"},
+                                   {"ignore", *exclude}};
+  nlohmann::json hf_quant = {{"producer", producer},
+                             {"quantization",
+                              {{"quant_algo", algo},
+                               {"kv_cache_quant_algo", nullptr},
+                               {"group_size", 16},
+                               {"exclude_modules", *exclude}}}};
+  return std::pair{config, hf_quant};
+}
+
 template <class T>
 std::span<const std::byte> as_tensor_bytes(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v));
@@ -433,10 +722,22 @@ Result<nlohmann::json> rewrite_mxfp4_config(const CheckpointDir& dir,
 // The input scale of every converted module: from the calibration entries (first glob match), or
 // the documented default when none were given. A module no entry covers is an error, so a
 // calibration file that misses a layer cannot pass silently.
-Status assign_input_scales(const std::vector<ActivationAmax>& amax, std::vector<Module>& modules,
-                           ConvertSummary& summary) {
+Status assign_input_scales(const CheckpointDir& dir, const std::vector<ActivationAmax>& amax,
+                           std::vector<Module>& modules, ConvertSummary& summary) {
   for (auto& m : modules) {
     double a = kDefaultActivationAmax;
+    if (amax.empty() && m.input_global_scale != nullptr) {
+      // compressed-tensors calibrated it already: input_scale = 1 / input_global_scale.
+      auto igs = checkpoint::read_f32(dir, *m.input_global_scale);
+      if (!igs.ok()) return igs.error();
+      if (!std::isfinite((*igs)[0]) || (*igs)[0] <= 0.0f) {
+        return Error{dir.path().string() + ": '" + m.input_global_scale->info->name + "' is " +
+                     std::to_string((*igs)[0]) + ", not a finite positive global scale"};
+      }
+      m.input_scale = 1.0f / (*igs)[0];
+      ++summary.input_scales_calibrated;
+      continue;
+    }
     if (!amax.empty()) {
       const auto it = std::find_if(amax.begin(), amax.end(), [&](const ActivationAmax& e) {
         return fnmatch(e.modules.c_str(), m.name.c_str(), 0) == 0;
@@ -582,6 +883,16 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   if (!dir.ok()) return dir.error();
   auto found = find_modules(*dir, options.module_patterns, options.to);
   if (!found.ok()) return found.error();
+  // Fused gpt-oss tensors and compressed-tensors NVFP4 have only the NVFP4 form.
+  for (const auto& m : *found) {
+    if (options.to != TargetFormat::kNvfp4 &&
+        (m.fused_experts > 0 || m.kind == SourceKind::kNvfp4Ct)) {
+      return Error{source.string() + ": module '" + m.name + "' is " +
+                   std::string(source_kind_name(m.kind)) +
+                   "; --to mxfp4 writes only "
+                   "DeepSeek-V4's per-module MXFP4 layout"};
+    }
+  }
   std::vector<Module> modules = std::move(*found);
   const bool to_nvfp4 = options.to == TargetFormat::kNvfp4;
 
@@ -596,16 +907,28 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
         "--activation-amax gives input scales, which the weight-only dialect "
         "W4A16_NVFP4 does not have; drop it or write the NVFP4 dialect"};
   }
-  if (w4a4) FP4MOE_RETURN_IF_ERROR(assign_input_scales(options.activation_amax, modules, summary));
+  if (w4a4) {
+    FP4MOE_RETURN_IF_ERROR(assign_input_scales(*dir, options.activation_amax, modules, summary));
+  }
   checkpoint::WriterOptions writer_options;
   writer_options.max_shard_bytes = options.max_shard_bytes;
   writer_options.source_dir = source;
   writer_options.replace_existing = options.force;
   writer_options.cancel = options.cancel;
   writer_options.on_remove_progress = options.on_remove_progress;
+  std::vector<Module> to_bf16;  // FP8 blocks left by the plain ModelOpt form, written in BF16
   if (to_nvfp4) {
-    std::tie(summary.config, summary.hf_quant_config) =
-        rewrite_nvfp4_configs(*dir, modules, options.dialect, !options.activation_amax.empty());
+    const nlohmann::json producer =
+        producer_of(options.dialect, summary.input_scales_calibrated > 0);
+    if (uses_modelopt_form(dir->config())) {
+      to_bf16 = fp8_modules_left(*dir, modules);
+      auto configs = rewrite_modelopt_configs(*dir, modules, to_bf16, options.dialect, producer);
+      if (!configs.ok()) return configs.error();
+      std::tie(summary.config, summary.hf_quant_config) = std::move(*configs);
+    } else {
+      std::tie(summary.config, summary.hf_quant_config) =
+          rewrite_nvfp4_configs(*dir, modules, options.dialect, producer);
+    }
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
   } else {
     auto config = rewrite_mxfp4_config(*dir, modules);
@@ -617,25 +940,41 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   std::map<std::string, size_t> module_of_weight, module_of_scale;
   for (size_t i = 0; i < modules.size(); ++i) {
     module_of_weight[modules[i].weight->info->name] = i;
-    if (modules[i].scale != nullptr) module_of_scale[modules[i].scale->info->name] = i;
+    for (const CheckpointTensor* t :
+         {modules[i].scale, modules[i].global_scale, modules[i].input_global_scale}) {
+      if (t != nullptr) module_of_scale[t->info->name] = i;
+    }
     // A source activation scale (an FP8 module's) belongs to the old format: NVFP4 output writes
     // its own (W4A4) or none (weight-only).
     if (to_nvfp4 && dir->find(modules[i].name + ".input_scale") != nullptr) {
       module_of_scale[modules[i].name + ".input_scale"] = i;
     }
   }
+  std::map<std::string, size_t> bf16_of_weight;
+  std::set<std::string> bf16_scales;
+  for (size_t i = 0; i < to_bf16.size(); ++i) {
+    bf16_of_weight[to_bf16[i].weight->info->name] = i;
+    bf16_scales.insert(to_bf16[i].scale->info->name);
+    if (dir->find(to_bf16[i].name + ".input_scale") != nullptr) {
+      bf16_scales.insert(to_bf16[i].name + ".input_scale");
+    }
+  }
   // The plan: source order; a converted weight becomes the target's tensors, its scales dropped.
   std::vector<TensorSpec> plan;
   for (const auto& t : dir->tensors()) {
     const std::string& name = t.info->name;
-    if (module_of_scale.count(name)) continue;
+    if (module_of_scale.count(name) || bf16_scales.count(name)) continue;
+    if (bf16_of_weight.count(name)) {
+      plan.push_back({name, DType::BF16, t.info->shape});
+      continue;
+    }
     if (auto it = module_of_weight.find(name); it != module_of_weight.end()) {
       const auto& m = modules[it->second];
       if (to_nvfp4) {
-        plan.push_back({m.name + ".weight", DType::U8, {m.rows, m.cols / 2}});
-        plan.push_back({m.name + ".weight_scale", DType::F8_E4M3, {m.rows, m.cols / 16}});
-        plan.push_back({m.name + ".weight_scale_2", DType::F32, {}});
-        if (w4a4) plan.push_back({m.name + ".input_scale", DType::F32, {}});
+        plan.push_back({m.out("weight"), DType::U8, m.out_shape(m.cols / 2)});
+        plan.push_back({m.out("weight_scale"), DType::F8_E4M3, m.out_shape(m.cols / 16)});
+        plan.push_back({m.out("weight_scale_2"), DType::F32, {}});
+        if (w4a4) plan.push_back({m.out("input_scale"), DType::F32, {}});
       } else {
         plan.push_back({m.name + ".weight", DType::I8, {m.rows, m.cols / 2}});
         plan.push_back({m.name + ".scale", DType::F8_E8M0, {m.rows, m.cols / 32}});
@@ -686,7 +1025,7 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   }
   std::vector<bool> group_done(groups.size(), false);
   ConvertProgress progress{0, dir->total_tensor_bytes(), 0, dir->tensors().size()};
-  const std::string scale_name = to_nvfp4 ? ".weight_scale" : ".scale";
+  const std::string scale_name = to_nvfp4 ? "weight_scale" : "scale";
   for (const auto& t : dir->tensors()) {
     if (cancelled()) {
       (void)writer->discard();  // removed now, with progress, before the error is reported
@@ -700,18 +1039,18 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
         group_done[m.group] = true;
       }
       if (m.hole) {
-        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + ".weight"));
-        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.name + scale_name));
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.out("weight")));
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(m.out(scale_name)));
       } else {
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight", as_tensor_bytes(m.packed)));
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + scale_name, as_tensor_bytes(m.block_scales)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.out("weight"), as_tensor_bytes(m.packed)));
+        FP4MOE_RETURN_IF_ERROR(writer->write(m.out(scale_name), as_tensor_bytes(m.block_scales)));
       }
       if (to_nvfp4) {
-        FP4MOE_RETURN_IF_ERROR(writer->write(m.name + ".weight_scale_2",
-                                             std::as_bytes(std::span(&m.tensor_scale, 1))));
+        FP4MOE_RETURN_IF_ERROR(
+            writer->write(m.out("weight_scale_2"), std::as_bytes(std::span(&m.tensor_scale, 1))));
         if (w4a4) {
           FP4MOE_RETURN_IF_ERROR(
-              writer->write(m.name + ".input_scale", std::as_bytes(std::span(&m.input_scale, 1))));
+              writer->write(m.out("input_scale"), std::as_bytes(std::span(&m.input_scale, 1))));
         }
       }
       summary.bytes_written +=
@@ -719,7 +1058,30 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
       std::vector<uint8_t>().swap(m.packed);  // keep memory to the groups in flight
       std::vector<uint8_t>().swap(m.block_scales);
       ++summary.modules_converted;
-    } else if (!module_of_scale.count(name)) {
+    } else if (auto b = bf16_of_weight.find(name); b != bf16_of_weight.end()) {
+      const Module& m = to_bf16[b->second];
+      if (module_is_hole(*dir, m)) {
+        FP4MOE_RETURN_IF_ERROR(writer->write_hole(name));
+      } else {
+        auto values = module_values(*dir, m);
+        if (!values.ok()) return values.error();
+        std::vector<uint16_t> bits(values->size());
+        double err2 = 0, ref2 = 0;
+        for (size_t j = 0; j < bits.size(); ++j) {
+          bits[j] = formats::encode_bf16((*values)[j]);
+          const double d = static_cast<double>(formats::decode_bf16(bits[j])) - (*values)[j];
+          err2 += d * d;
+          ref2 += static_cast<double>((*values)[j]) * (*values)[j];
+        }
+        if (ref2 > 0) {
+          summary.max_dequantize_rel_error =
+              std::max(summary.max_dequantize_rel_error, std::sqrt(err2 / ref2));
+        }
+        FP4MOE_RETURN_IF_ERROR(writer->write(name, as_tensor_bytes(bits)));
+      }
+      summary.bytes_written += static_cast<uint64_t>(m.rows * m.cols) * 2;
+      ++summary.modules_dequantized;
+    } else if (!module_of_scale.count(name) && !bf16_scales.count(name)) {
       if (is_file_hole(*dir, t)) {
         FP4MOE_RETURN_IF_ERROR(writer->write_hole(name));
       } else {

@@ -1,6 +1,7 @@
 // Checkpoint conversion, streamed tensor by tensor through checkpoint/writer.h with the configs
 // rewritten in the dialect engines read:
-//   MXFP4 -> NVFP4  without loss (formats/transcode.h)
+//   MXFP4 -> NVFP4  without loss (formats/transcode.h), gpt-oss's fused experts included
+//   compressed-tensors NVFP4 -> ModelOpt NVFP4  exactly (re-labeled; reciprocal tensor scale)
 //   BF16 or FP8 block -> NVFP4  by NVIDIA ModelOpt's recipe (formats/block.h)
 //   BF16 or FP8 block -> MXFP4  by the OCP rule, in DeepSeek-V4's stock layout
 #pragma once
@@ -19,11 +20,6 @@
 #include "formats/transcode.h"
 
 namespace fp4moe::convert {
-
-// The routed experts of the main layers, as DeepSeek-V3/V4, Kimi and GLM name them. MTP/draft
-// layers (`mtp.*`) are left out, as NVIDIA's DeepSeek-V4 NVFP4 checkpoint leaves them MXFP4.
-inline const std::vector<std::string> kDefaultModulePatterns = {"layers.*.ffn.experts.*",
-                                                                "model.layers.*.mlp.experts.*"};
 
 struct ConvertProgress {
   uint64_t bytes_done = 0;  // source bytes consumed so far
@@ -64,7 +60,11 @@ struct ConvertOptions {
   Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;
   // kW4A4 only: every converted module must match one entry; empty: the default amax for all.
   std::vector<ActivationAmax> activation_amax;
-  std::vector<std::string> module_patterns = kDefaultModulePatterns;  // fnmatch globs
+  // fnmatch globs over module names; empty: the routed experts of the main layers as model/'s
+  // family table names them for this checkpoint (model::find_moe_naming), plus every
+  // compressed-tensors NVFP4 module of a compressed-tensors source. MTP/draft layers (`mtp.*`)
+  // are left out, as NVIDIA's DeepSeek-V4 NVFP4 checkpoint leaves them MXFP4.
+  std::vector<std::string> module_patterns;
   // Replace an existing destination: it must be a checkpoint directory (config.json or
   // *.safetensors) or empty, and it is swapped out atomically only after the new one is complete
   // and checked, so a failed or interrupted run leaves it exactly as it was.
@@ -90,9 +90,14 @@ struct ConvertOptions {
 struct ConvertSummary {
   formats::TranscodeReport report;  // MXFP4 -> NVFP4 transcodes, all groups merged
   size_t modules_converted = 0;
-  size_t modules_transcoded = 0;      // of which MXFP4 -> NVFP4, losslessly
-  size_t modules_quantized = 0;       // of which quantized from BF16 / FP8 values
-  double max_quantize_rel_error = 0;  // worst ||dequant(q) - w|| / ||w|| of a quantized module
+  size_t modules_transcoded = 0;  // of which MXFP4 -> NVFP4, losslessly
+  size_t modules_quantized = 0;   // of which quantized from BF16 / FP8 values
+  size_t modules_relabeled = 0;   // of which compressed-tensors NVFP4, re-labeled exactly
+  // Plain ModelOpt form (Qwen3-MoE, MiniMax-M2, ...): FP8 block-128 linears not converted are
+  // written in BF16, as NVIDIA's NVFP4 checkpoints of FP8 releases keep them (docs/CONVERT.md).
+  size_t modules_dequantized = 0;
+  double max_dequantize_rel_error = 0;  // worst ||bf16(w) - w|| / ||w|| of those
+  double max_quantize_rel_error = 0;    // worst ||dequant(q) - w|| / ||w|| of a quantized module
   size_t tensors_copied = 0;
   Nvfp4Dialect dialect = Nvfp4Dialect::kW4A4;  // NVFP4 output only
   size_t input_scales_calibrated = 0;          // kW4A4: modules whose input_scale came from a file

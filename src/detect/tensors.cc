@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <set>
 #include <string_view>
 
 namespace fp4moe::detect {
@@ -11,7 +12,7 @@ namespace {
 
 // Suffixes that name a part of one linear module, longest first so ".weight_scale_2" is not read
 // as ".weight" + junk.
-constexpr std::array<std::string_view, 17> kSuffixes = {".weight_scale_inv",
+constexpr std::array<std::string_view, 20> kSuffixes = {".weight_scale_inv",
                                                         ".weight_global_scale",
                                                         ".input_global_scale",
                                                         ".weight_zero_point",
@@ -24,6 +25,9 @@ constexpr std::array<std::string_view, 17> kSuffixes = {".weight_scale_inv",
                                                         ".weight",
                                                         ".scale",
                                                         ".bias",
+                                                        "_weight_scale_2",
+                                                        "_weight_scale",
+                                                        "_input_scale",
                                                         "_blocks",
                                                         "_scales",
                                                         "_bias",
@@ -208,7 +212,9 @@ std::pair<std::string, std::string> split_tensor_name(const std::string& name) {
       // gpt-oss "_blocks/_scales/_bias" only follow a projection ("gate_up_proj_blocks"); a
       // router's "e_score_correction_bias" is a parameter name, not a suffix.
       if (suf[0] == '_' && !name.substr(0, name.size() - suf.size()).ends_with("proj")) continue;
-      std::string key(suf[0] == '.' ? suf.substr(1) : suf);
+      // ModelOpt's fused-expert export (gpt-oss NVFP4) spells ".weight_scale" as "_weight_scale".
+      const bool fused_scale = suf.starts_with("_weight_scale") || suf == "_input_scale";
+      std::string key(suf[0] == '.' || fused_scale ? suf.substr(1) : suf);
       return {name.substr(0, name.size() - suf.size()), key};
     }
   }
@@ -230,8 +236,14 @@ int dtype_size(const std::string& d) {
 TensorEvidence classify_tensors(const std::vector<TensorRecord>& tensors) {
   TensorEvidence ev;
   std::map<std::string, TensorModule> modules;
+  // ModelOpt's fused-expert export names the packed weight with no suffix at all
+  // ("mlp.experts.gate_up_proj" beside "mlp.experts.gate_up_proj_weight_scale").
+  std::set<std::string> names;
+  for (const auto& t : tensors) names.insert(t.name);
   for (const auto& t : tensors) {
-    auto [module, suffix] = split_tensor_name(t.name);
+    auto [module, suffix] = names.count(t.name + "_weight_scale")
+                                ? std::pair<std::string, std::string>{t.name, "weight"}
+                                : split_tensor_name(t.name);
     if (suffix == "k_scale" || suffix == "v_scale") {
       ev.kv_scale_tensors.push_back(t.name);
       continue;

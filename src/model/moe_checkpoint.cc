@@ -35,6 +35,14 @@ std::string expand(std::string pattern, int layer, int expert = -1) {
   return pattern;
 }
 
+// "{L}" and "{E}" as fnmatch wildcards: the pattern over every layer and expert.
+std::string expand_glob(std::string pattern) {
+  for (const char* key : {"{L}", "{E}"}) {
+    for (size_t pos; (pos = pattern.find(key)) != std::string::npos;) pattern.replace(pos, 3, "*");
+  }
+  return pattern;
+}
+
 // One row per naming; a family's routing semantics are read in read_moe_model (MOE_SEMANTICS.md).
 // Kimi-K2 and GLM-5 use the DeepSeek-V3 names; Qwen3-MoE the same without bias or shared expert.
 const MoeNaming kNamings[] = {
@@ -152,18 +160,48 @@ Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& mo
   return m;
 }
 
-// gpt-oss: `<prefix><name>_blocks` U8 [E, N, K/32, 16] and `_scales` U8 [E, N, K/32]; the matrix
-// of expert `e` takes rows {e * N + first, stride}, `n` of them.
+// gpt-oss: `<prefix><name>_blocks` U8 [E, N, K/32, 16] and `_scales` U8 [E, N, K/32] (MXFP4, as
+// released), or ModelOpt's fused NVFP4 export of it (what `fp4moe convert` writes, SGLang's
+// ModelOpt fused-MoE loader reads): `<prefix><name>` U8 [E, N, K/2], `<name>_weight_scale`
+// F8_E4M3 [E, N, K/16], `<name>_weight_scale_2` F32 scalar. The matrix of expert `e` takes rows
+// {e * N + first, stride}, `n` of them.
 Result<StoredMatrix> find_fused_matrix(const CheckpointDir& dir, const std::string& prefix,
                                        const std::string& name, int expert, int64_t first,
                                        int64_t stride, int64_t divisor) {
   StoredMatrix m;
   m.module = prefix + name + "[" + std::to_string(expert) + "]";
-  m.weight = dir.find(prefix + name + "_blocks");
+  const auto* blocks = dir.find(prefix + name + "_blocks");
+  const auto* packed = dir.find(prefix + name);
+  if (blocks == nullptr && packed != nullptr) {
+    m.weight = packed;
+    m.scale = dir.find(prefix + name + "_weight_scale");
+    m.tensor_scale = dir.find(prefix + name + "_weight_scale_2");
+    const auto* w = m.weight->info;
+    const bool ok =
+        w->dtype == DType::U8 && w->shape.size() == 3 && m.scale != nullptr &&
+        m.scale->info->dtype == DType::F8_E4M3 &&
+        m.scale->info->shape == std::vector<int64_t>{w->shape[0], w->shape[1], w->shape[2] / 8} &&
+        w->shape[2] % 8 == 0 && m.tensor_scale != nullptr &&
+        m.tensor_scale->info->dtype == DType::F32 && m.tensor_scale->info->element_count == 1 &&
+        expert < w->shape[0] && w->shape[1] % divisor == 0;
+    if (!ok) {
+      return Error{dir.path().string() + ": '" + prefix + name + "' with '_weight_scale' and " +
+                   "'_weight_scale_2' is not the fused NVFP4 layout U8 [E, N, K/2] + F8_E4M3 " +
+                   "[E, N, K/16] + F32 scalar for expert " + std::to_string(expert)};
+    }
+    m.scheme = "nvfp4";
+    m.n = w->shape[1] / divisor;
+    m.k = w->shape[2] * 2;
+    m.source_rows = w->shape[0] * w->shape[1];
+    m.rows = {expert * w->shape[1] + first, stride};
+    return m;
+  }
+  m.weight = blocks;
   m.scale = dir.find(prefix + name + "_scales");
   if (m.weight == nullptr || m.scale == nullptr) {
     return Error{dir.path().string() + ": gpt-oss experts need '" + prefix + name +
-                 "_blocks' and '_scales'"};
+                 "_blocks' and '_scales' (MXFP4) or '" + prefix + name +
+                 "' and '_weight_scale' (NVFP4)"};
   }
   const auto& b = m.weight->info->shape;
   const auto& s = m.scale->info->shape;
@@ -203,6 +241,21 @@ std::vector<uint8_t> gather_rows(std::span<const uint8_t> all, const StoredMatri
   return out;
 }
 
+// Whether the matrix is some of the rows of a stacked tensor (gpt-oss's fused experts).
+bool is_stacked(const StoredMatrix& m) {
+  return m.source_rows != m.n || m.rows.first != 0 || m.rows.stride != 1;
+}
+
+Status check_nvfp4_rows(const CheckpointDir& dir, const StoredMatrix& m, size_t weight_bytes,
+                        size_t scale_bytes) {
+  if (m.source_rows * m.k / 2 != static_cast<int64_t>(weight_bytes) ||
+      m.source_rows * (m.k / 16) != static_cast<int64_t>(scale_bytes)) {
+    return Error{dir.path().string() + ": tensor '" + m.weight->info->name + "' does not hold " +
+                 std::to_string(m.source_rows) + " NVFP4 rows of K = " + std::to_string(m.k)};
+  }
+  return Status::Ok();
+}
+
 // FP4MOE_TEST_CORRUPT_KERNEL_WEIGHTS=1 (tests only, like FP4MOE_TEST_PAUSE_AFTER_TENSORS): the
 // kernel path's copy of every matrix gets the sign bit of every 64th byte flipped (a valid code
 // in every format), the reference's does not: a packing fault `verify` must report.
@@ -235,6 +288,12 @@ Result<pack::PackedWeights> pack_matrix(const CheckpointDir& dir, const StoredMa
   if (m.scheme == "nvfp4") {
     auto ts = tensor_scale(dir, m);
     if (!ts.ok()) return ts.error();
+    if (is_stacked(m)) {
+      FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
+      const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
+      const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
+      return pack::pack_nvfp4(name, codes, scales, *ts, m.n, m.k);
+    }
     return pack::pack_nvfp4(name, *weight, *scale, *ts, m.n, m.k);
   }
   if (m.scale->info->dtype == DType::F8_E8M0) {
@@ -265,7 +324,14 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   } else if (m.scheme == "nvfp4") {
     auto ts = tensor_scale(dir, m);
     if (!ts.ok()) return ts.error();
-    s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
+    if (is_stacked(m)) {
+      FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
+      const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
+      const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
+      s = formats::dequantize_nvfp4(name, codes, scales, *ts, m.n, m.k, out);
+    } else {
+      s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
+    }
   } else if (m.scale->info->dtype == DType::F8_E8M0) {
     s = formats::dequantize_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k, out);
   } else {
@@ -277,46 +343,69 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   return out;
 }
 
+// Multimodal wrappers (Kimi-K2.5) keep the language model's keys under text_config.
+const nlohmann::json& language_config(const nlohmann::json& top) {
+  return top.contains("text_config") && top["text_config"].is_object() &&
+                 !top.contains("hidden_size")
+             ? top["text_config"]
+             : top;
+}
+
+// Whether expert 0 of `layer` exists under `n` in a storage this project reads.
+bool has_first_expert(const CheckpointDir& dir, const MoeNaming& n, int layer) {
+  const std::string p = expand(n.expert_prefix, layer, 0);
+  if (n.fused) {
+    return dir.find(p + n.gate + "_blocks") != nullptr ||
+           (dir.find(p + n.gate) != nullptr && dir.find(p + n.gate + "_weight_scale") != nullptr);
+  }
+  return dir.find(p + n.gate + ".weight") != nullptr ||
+         dir.find(p + n.gate + ".weight_packed") != nullptr;
+}
+
 }  // namespace
+
+Result<MoeNaming> find_moe_naming(const CheckpointDir& dir, std::string_view who) {
+  const nlohmann::json& top = dir.config();
+  const nlohmann::json& config = language_config(top);
+  const int num_layers = json_value<int>(config, "num_hidden_layers", 0);
+  for (const auto& row : kNamings) {
+    for (const char* prefix : kPrefixes) {
+      const MoeNaming n = with_prefix(row, prefix);
+      for (int l = 0; l < num_layers; ++l) {
+        if (has_first_expert(dir, n, l)) return n;
+      }
+    }
+  }
+  std::string known;
+  for (const auto& n : kNamings) known += (known.empty() ? "'" : ", '") + n.example + "'";
+  return Error{dir.path().string() + ": model_type '" +
+               json_value<std::string>(config, "model_type",
+                                       json_value<std::string>(top, "model_type", "unknown")) +
+               "' keeps its routed experts in none of the namings " + std::string(who) + " (" +
+               known + ", with L < num_hidden_layers = " + std::to_string(num_layers) + ")"};
+}
+
+std::span<const MoeNaming> moe_namings() { return kNamings; }
+
+std::string routed_expert_glob(const MoeNaming& naming) {
+  return expand_glob(naming.expert_prefix) + "*";
+}
 
 Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
   const nlohmann::json& top = dir.config();
   if (!top.is_object())
     return Error{dir.path().string() + ": no config.json: cannot tell the MoE semantics"};
-  // Multimodal wrappers (Kimi-K2.5) keep the language model's keys under text_config.
-  const nlohmann::json& config =
-      top.contains("text_config") && top["text_config"].is_object() && !top.contains("hidden_size")
-          ? top["text_config"]
-          : top;
+  const nlohmann::json& config = language_config(top);
   MoeModelInfo info;
   info.model_type = json_value<std::string>(config, "model_type",
                                             json_value<std::string>(top, "model_type", "unknown"));
   info.num_layers = json_value<int>(config, "num_hidden_layers", 0);
   auto first_expert = [&dir](const MoeNaming& n, int layer) {
-    const std::string p = expand(n.expert_prefix, layer, 0);
-    if (n.fused) return dir.find(p + n.gate + "_blocks") != nullptr;
-    return dir.find(p + n.gate + ".weight") != nullptr ||
-           dir.find(p + n.gate + ".weight_packed") != nullptr;
+    return has_first_expert(dir, n, layer);
   };
-  bool found = false;
-  for (const auto& row : kNamings) {
-    for (const char* prefix : kPrefixes) {
-      const MoeNaming n = with_prefix(row, prefix);
-      for (int l = 0; l < info.num_layers && !found; ++l) found = first_expert(n, l);
-      if (found) {
-        info.naming = n;
-        break;
-      }
-    }
-    if (found) break;
-  }
-  if (!found) {
-    std::string known;
-    for (const auto& n : kNamings) known += (known.empty() ? "'" : ", '") + n.example + "'";
-    return Error{dir.path().string() + ": model_type '" + info.model_type +
-                 "' keeps its routed experts in none of the namings verify and bench run (" +
-                 known + ", with L < num_hidden_layers = " + std::to_string(info.num_layers) + ")"};
-  }
+  auto found = find_moe_naming(dir, "verify and bench run");
+  if (!found.ok()) return found.error();
+  info.naming = *found;
   const MoeNaming& naming = info.naming;
   const bool v4 = naming.family == "deepseek_v4" || info.model_type == "deepseek_v4";
   const bool gpt_oss = naming.family == "gpt_oss";

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -48,6 +49,22 @@ struct MoeModelInfo {
 // Reads config.json and the tensor names; an error when the checkpoint has no MoE layer this tool
 // can run, in one sentence naming the family, layout or storage it cannot handle.
 Result<MoeModelInfo> read_moe_model(const checkpoint::CheckpointDir& dir);
+
+// The family table, read by convert/ too: the naming of `dir`'s routed experts, i.e. the first row
+// of `kNamings` (with a VLM prefix where the checkpoint keeps one) whose expert 0 of some layer
+// L < num_hidden_layers exists in any storage this project reads (`.weight`, `.weight_packed`;
+// fused: `<gate>_blocks` MXFP4 or `<gate>` NVFP4). Otherwise an error in one sentence naming the
+// model_type and every known naming; `who` says which command cannot go on ("verify and bench
+// run").
+Result<MoeNaming> find_moe_naming(const checkpoint::CheckpointDir& dir, std::string_view who);
+
+// Every row of the family table, without prefixes (convert/ pairs gate and up by these names).
+std::span<const MoeNaming> moe_namings();
+
+// The fnmatch glob over module names that covers exactly the routed experts of `naming` in every
+// layer: "model.layers.*.mlp.experts.*" (per-expert modules "...experts.7.gate_proj"; fused
+// tensor families "...experts.gate_up_proj"). `*` crosses dots (fnmatch without FNM_PATHNAME).
+std::string routed_expert_glob(const MoeNaming& naming);
 
 // One matrix as stored: which scheme, and its tensors.
 struct StoredMatrix {

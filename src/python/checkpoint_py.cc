@@ -310,6 +310,7 @@ void register_checkpoint(nb::module_& m) {
       .def_ro("modules_converted", &convert::ConvertSummary::modules_converted)
       .def_ro("modules_transcoded", &convert::ConvertSummary::modules_transcoded)
       .def_ro("modules_quantized", &convert::ConvertSummary::modules_quantized)
+      .def_ro("modules_relabeled", &convert::ConvertSummary::modules_relabeled)
       .def_ro("max_quantize_rel_error", &convert::ConvertSummary::max_quantize_rel_error)
       .def_ro("tensors_copied", &convert::ConvertSummary::tensors_copied)
       .def_ro("bytes_read", &convert::ConvertSummary::bytes_read)

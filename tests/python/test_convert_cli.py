@@ -248,7 +248,7 @@ def test_convert_bad_input(tmp_path, rng):
     to_mx = run("convert", src, tmp_path / "o5", "--to", "mxfp4", check=False)
     assert to_mx.returncode == 2 and "already MXFP4" in to_mx.stderr
     nothing = run("convert", src, tmp_path / "o3", "--modules", "nomatch.*", check=False)
-    assert nothing.returncode == 2 and "no tensor matches" in nothing.stderr
+    assert nothing.returncode == 2 and "matches the module patterns (nomatch.*)" in nothing.stderr
     unknown = run("convert", src, tmp_path / "o4", "--to", "int4", check=False)
     assert unknown.returncode == 2
     # --force replaces a checkpoint, never a directory that holds something else.
