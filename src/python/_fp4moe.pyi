@@ -451,6 +451,9 @@ class ConvertSummary:
     def modules_quantized(self) -> int: ...
 
     @property
+    def modules_relabeled(self) -> int: ...
+
+    @property
     def max_quantize_rel_error(self) -> float: ...
 
     @property
