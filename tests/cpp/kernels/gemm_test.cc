@@ -40,8 +40,8 @@ struct Shape {
 };
 
 // Shape classes: M = 1, 2, 3, the 4-token tile of the direct kernels - 1, tile, tile + 1, the
-// 8-token tile of the panel kernels (M >= 8) - 1, tile, tile + 1, the AVX-512 panel's 12-token
-// group + 1, 17, 64, 256 (past the 96-token panel block); N = 1, an 8-row
+// 8-token tile of the AVX2 panel kernel (M >= 8) - 1, tile, tile + 1, 13, 17, 64, 256 (past the
+// 96-token panel block); N = 1, an 8-row
 // tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing a 128-row FP8 scale block; K =
 // the smallest legal, K not a multiple of the chunk (FP8), a partial 128-block (FP8) and a large
 // K (several 512-k panels).

@@ -84,89 +84,12 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
   }
 }
 
-// ---- Many tokens: the AVX2 panel method (gemm_avx2.cc) on a 16-row tile pair. ------------------
-// From kPanelMinTokens tokens on, the pair is decoded once per kPanelK-slice into an L1-resident
-// panel of F32 weights already times their block scale (exact in F32: a 2-bit by a 4-bit
-// significand), and a register-blocked kernel runs every token over it: per k one panel load and
-// one FMA per token, the token's x[k] a broadcast memory operand. The W4A16 product, summed
-// without per-block partial sums.
-constexpr int64_t kPanelMinTokens = 8;
-constexpr int64_t kPanelK = 256;      // 256 k x 16 rows x 4 bytes = 16 KiB: half of a 32 KiB L1d
-constexpr int64_t kPanelTokens = 96;  // accumulators of up to 96 tokens x 16 rows on the stack
-constexpr int kPanelMr = 12;          // 12 accumulators + the panel vector (of 32 zmm)
-
-template <WeightFormat kFormat>
-inline void decode_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, float* panel) {
-  constexpr int kBlockK = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
-  constexpr int kChunksPerBlock = kBlockK / kFp4ChunkK;
-  const __m512i lut = e2m1_x2_lut();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i ctrl[4] = {top_byte_ctrl(0), top_byte_ctrl(1), top_byte_ctrl(2), top_byte_ctrl(3)};
-  for (int64_t b = k0 / kBlockK; b < (k0 + kc) / kBlockK; ++b) {
-    const __m512 scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
-    const int64_t block_off = b * kChunksPerBlock * kChunkBytes;
-    prefetch_ahead(p.codes_a + block_off, kChunksPerBlock * kChunkBytes);
-    prefetch_ahead(p.b_codes(block_off), kChunksPerBlock * kChunkBytes);
-    for (int c = 0; c < kChunksPerBlock; ++c) {
-      const int64_t off = block_off + c * kChunkBytes;
-      const __m512i v = load_pair(p.codes_a + off, p.b_codes(off));
-      const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4));
-      const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
-      float* out = panel + (b * kBlockK + c * kFp4ChunkK - k0) * 2 * kTileRows;
-      for (int kk = 0; kk < kFp4ChunkK; ++kk) {
-        const __m512 wv = _mm512_cvtepi32_ps(_mm512_shuffle_epi8(kk < 4 ? lo : hi, ctrl[kk % 4]));
-        _mm512_store_ps(out + kk * 2 * kTileRows, _mm512_mul_ps(wv, scale));
-      }
-    }
-  }
-}
-
-// acc[i] += panel . x[i] over kc k's, for MR tokens (16 rows per accumulator).
-template <int MR>
-inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ldx, float* acc) {
-  __m512 a[MR];
-  for (int i = 0; i < MR; ++i) a[i] = _mm512_load_ps(acc + i * 2 * kTileRows);
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 wv = _mm512_load_ps(panel + k * 2 * kTileRows);
-    for (int i = 0; i < MR; ++i) a[i] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[i * ldx + k]), a[i]);
-  }
-  for (int i = 0; i < MR; ++i) _mm512_store_ps(acc + i * 2 * kTileRows, a[i]);
-}
-
-template <WeightFormat kFormat>
-void fp4_pair_panel(const PackedMatrix& w, const Fp4TilePair& p, const float* x, int64_t ldx,
-                    int64_t m, float* y, int64_t ldy) {
-  alignas(64) float panel[kPanelK * 2 * kTileRows];
-  alignas(64) float acc[kPanelTokens * 2 * kTileRows];
-  const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * kFp4DecodeFactor);
-  for (int64_t m0 = 0; m0 < m; m0 += kPanelTokens) {
-    const int64_t mb = std::min(kPanelTokens, m - m0);
-    for (int64_t i = 0; i < mb; ++i) _mm512_store_ps(acc + i * 2 * kTileRows, _mm512_setzero_ps());
-    for (int64_t k0 = 0; k0 < w.k; k0 += kPanelK) {
-      const int64_t kc = std::min(kPanelK, w.k - k0);
-      decode_panel<kFormat>(p, k0, kc, panel);
-      for_token_groups<kPanelMr>(mb, [&](auto mr, int64_t i) {
-        panel_fma<decltype(mr)::value>(panel, kc, x + (m0 + i) * ldx + k0, ldx,
-                                       acc + i * 2 * kTileRows);
-      });
-    }
-    for (int64_t i = 0; i < mb; ++i) {
-      _mm512_mask_storeu_ps(y + (m0 + i) * ldy, row_mask(p.rows),
-                            _mm512_mul_ps(_mm512_load_ps(acc + i * 2 * kTileRows), out_scale));
-    }
-  }
-}
-
 template <WeightFormat kFormat>
 void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                      int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   for (int64_t t = tile_begin; t < tile_end; t += 2) {
     const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
     float* yt = y + p.first_row;
-    if (m >= kPanelMinTokens) {
-      fp4_pair_panel<kFormat>(w, p, x, ldx, m, yt, ldy);
-      continue;
-    }
     for_token_groups<4>(m, [&](auto mr, int64_t i) {
       fp4_pair<kFormat, decltype(mr)::value>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
     });
