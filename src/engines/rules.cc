@@ -575,7 +575,10 @@ Verdict evaluate(const EngineAt& at, const Facts& facts, const detect::ModuleGro
                                       alt->flags, alt->kernel, alt->precision));
       }
     }
-    v.fixes.push_back("or calibrate: fp4moe convert --activation-amax FILE (docs/CONVERT.md)");
+    v.fixes.push_back(
+        "or calibrate: convert again from the source with `fp4moe convert SRC DST "
+        "--activation-amax FILE` "
+        "(docs/CONVERT.md)");
   }
   const bool path_unknown = v.backend == nullptr || v.backend->path == Path::kUnknown;
   if (v.outcome != Outcome::kOk || path_unknown) {

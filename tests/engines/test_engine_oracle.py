@@ -163,3 +163,15 @@ def test_live_newest_engine_matches_recorded_verdicts(engine, doc, live_fixtures
                 mismatches.append({"key": V.key(engine, version, got["checkpoint"], got["flags"], sm),
                                    "recorded": V.core(want), "live": V.core(got)})
     assert not mismatches, json.dumps(mismatches, indent=1)
+
+
+def test_rules_predict_every_recorded_verdict_including_our_converted_output(live_fixtures):
+    """tests/engines/agreement.py over every fixture, the converted ones (built now by our own
+    convert) included: the method class the rules predict equals the one the engine's code chose,
+    for every pinned version and SM (tests/python/test_plan_cli.py does the static fixtures only)."""
+    from agreement import rows  # noqa: E402 (tests/engines is on sys.path, above)
+
+    table = rows(_binary(), {name: live_fixtures / name for name in V.FIXTURES})
+    assert {r["checkpoint"] for r in table} >= set(V.CONVERTED), table
+    bad = [r for r in table if not r["agree"] and not r["harness_gap"]]
+    assert not bad, json.dumps(bad, indent=1)
