@@ -316,6 +316,10 @@ def start_paused(args, after, env=None, **popen):
     """Starts `fp4moe convert` with the test hook that stops it after `after` source tensors and
     returns once it says so: the signal then arrives at a known point, not after a sleep."""
     env = dict(os.environ, FP4MOE_TEST_PAUSE_AFTER_TENSORS=str(after), **(env or {}))
+    # The child starts as from a terminal, SIGINT at its default action: a shell starts background
+    # jobs (`bash .ci/run &`) with SIGINT ignored, the ignore is inherited across exec, and convert
+    # keeps an inherited ignore on purpose (test_an_inherited_ignored_sigint_is_kept).
+    popen.setdefault("preexec_fn", lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     proc = subprocess.Popen([str(FP4MOE), "convert", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **popen)
     lines = []
@@ -559,6 +563,21 @@ def test_force_never_replaces_a_file_or_what_a_path_only_seems_to_name(tmp_path,
     run("convert", src, f"{tmp_path}/lnk/../victim", "--force")
     assert (tmp_path / "victim" / "thesis.txt").read_text() == "years of work"
     assert (tmp_path / "deep" / "victim" / "model.safetensors").exists()
+
+
+def test_an_inherited_ignored_sigint_is_kept(tmp_path, rng):
+    """nohup and background jobs start convert with SIGINT ignored: it stays ignored (the run goes
+    on), and SIGTERM still stops it cleanly."""
+    src = tmp_path / "src"
+    make_checkpoint(src, rng, experts=2, layers=2)
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc, _ = start_paused([src, tmp_path / "out"], after=3, preexec_fn=ignore)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)  # delivered in order: the SIGINT was already discarded
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.count("interrupted, stopping") == 1, err
+    assert partials(tmp_path) == [] and not (tmp_path / "out").exists()
 
 
 def test_an_interrupt_with_stderr_gone_still_cleans_up(tmp_path, rng):
