@@ -22,22 +22,22 @@
 
 namespace fp4moe::formats {
 
+// One enumerator per row of storage.cc's table (N = out features, K = in features, E = experts).
 enum class StoredForm : uint8_t {
-  kNvfp4ModelOpt,           // .weight U8 [N,K/2] + .weight_scale F8_E4M3 [N,K/16] + .weight_scale_2
-  kNvfp4ModelOptFused,      // ModelOpt's fused-expert export: <m> U8 [E,N,K/2] + _weight_scale...
-  kNvfp4CompressedTensors,  // .weight_packed + .weight_scale + .weight_global_scale (reciprocal)
-  kMxfp4,                   // DeepSeek-V4 experts: .weight I8 [N,K/2] + .scale F8_E8M0 [N,K/32]
-  kMxfp4CompressedTensors,  // mxfp4-pack-quantized: .weight_packed U8 + .weight_scale U8 (E8M0)
-  kMxfp4GptOssFused,        // gpt-oss: _blocks U8 [E,N,K/32,16] + _scales U8 [E,N,K/32]
-  kFp8Block128,             // DeepSeek-V3: .weight F8_E4M3 + .weight_scale_inv F32 per 128x128
-  kFp8Block128Ue8m0,        // DeepSeek-V3.2/V4: .weight F8_E4M3 + .scale F8_E8M0 per 128x128
-  kFp8Block128CompressedTensors,  // float-quantized block: .weight F8_E4M3 + .weight_scale F32
-  kFp8Tensor,                     // ModelOpt FP8: .weight F8_E4M3 + .weight_scale scalar
-  kFp8Channel,                    // .weight F8_E4M3 + .weight_scale [N] or [N,1]
-  kMxfp8,                         // .weight F8_E4M3 [N,K] + .weight_scale E8M0 [N,K/32]
-  kInt4CompressedTensors,         // pack-quantized INT4: .weight_packed I32 [N,K/8] + .weight_scale
-                                  // [N,K/g]
-  kDense,                         // .weight BF16/F16/F32 of any rank, no scale tensor
+  kNvfp4ModelOpt,                 // .weight U8 [N,K/2], .weight_scale E4M3, .weight_scale_2
+  kNvfp4ModelOptFused,            // ModelOpt's fused-expert export: <m> U8 [E,N,K/2], ...
+  kNvfp4CompressedTensors,        // .weight_packed, .weight_scale, .weight_global_scale
+  kMxfp4,                         // DeepSeek-V4: .weight I8 [N,K/2], .scale E8M0 [N,K/32]
+  kMxfp4CompressedTensors,        // .weight_packed U8, .weight_scale U8 (E8M0)
+  kMxfp4GptOssFused,              // gpt-oss: _blocks U8 [E,N,K/32,16], _scales U8
+  kFp8Block128,                   // DeepSeek-V3: .weight E4M3, .weight_scale_inv F32 grid
+  kFp8Block128Ue8m0,              // DeepSeek-V3.2/V4: .weight E4M3, .scale E8M0 grid
+  kFp8Block128CompressedTensors,  // float-quantized block: .weight E4M3, .weight_scale F32 grid
+  kFp8Tensor,                     // ModelOpt FP8: .weight E4M3, .weight_scale scalar
+  kFp8Channel,                    // .weight E4M3, .weight_scale [N] or [N,1]
+  kMxfp8,                         // .weight E4M3 [N,K], .weight_scale E8M0 [N,K/32]
+  kInt4CompressedTensors,         // .weight_packed I32 [N,K/8], .weight_scale [N,K/group]
+  kDense,                         // .weight BF16/F16/F32/F64 of any rank, no scale tensor
 };
 
 // How a tensor's shape relates to the logical matrix. The weight's rule defines [E,] N and K; the
