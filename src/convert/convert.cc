@@ -20,6 +20,7 @@
 #include "detect/directory.h"
 #include "formats/block.h"
 #include "formats/scalar.h"
+#include "formats/storage.h"
 #include "model/moe_checkpoint.h"
 
 namespace fp4moe::convert {
@@ -131,12 +132,19 @@ std::string describe_tensor(const CheckpointTensor* t) {
   return std::string(checkpoint::dtype_name(t->info->dtype)) + " " + shape_text(t->info->shape);
 }
 
-// Classifies the storage of `module` from its tensors, or explains why it cannot be converted.
+// The classifier's view of the checkpoint (formats/storage.h): a tensor's dtype and shape by name.
+formats::TensorLookup lookup(const CheckpointDir& dir) {
+  return [&dir](const std::string& name) -> std::optional<formats::TensorDesc> {
+    const auto* t = dir.find(name);
+    if (t == nullptr) return std::nullopt;
+    return formats::TensorDesc{checkpoint::dtype_name(t->info->dtype), t->info->shape};
+  };
+}
+
+// The storage of `module` (its row of formats/storage.h's table), or why it cannot be converted.
 Result<Module> classify_module(const CheckpointDir& dir, const CheckpointTensor& weight,
                                const std::string& module, TargetFormat to) {
-  const auto& w = *weight.info;
   const auto* scale = dir.find(module + ".scale");
-  const auto* scale_inv = dir.find(module + ".weight_scale_inv");
   Module m;
   m.name = module;
   m.weight = &weight;
@@ -146,60 +154,46 @@ Result<Module> classify_module(const CheckpointDir& dir, const CheckpointTensor&
                  "): " + why + "; cannot convert it to " +
                  (to == TargetFormat::kNvfp4 ? "NVFP4" : "MXFP4")};
   };
-  if (w.shape.size() != 2) return fail("not a 2-D linear weight");
-  const auto* ct_scale = dir.find(module + ".weight_scale");
-  const auto* ct_global = dir.find(module + ".weight_global_scale");
-  if (ends_with(w.name, ".weight_packed")) {
-    // compressed-tensors NVFP4 (FORMATS.md §3): re-labeled exactly into ModelOpt's names.
-    if (w.dtype != DType::U8 || ct_scale == nullptr || ct_scale->info->dtype != DType::F8_E4M3 ||
-        ct_scale->info->shape != std::vector<int64_t>{w.shape[0], w.shape[1] / 8} ||
-        w.shape[1] % 8 != 0 || ct_global == nullptr || ct_global->info->dtype != DType::F32 ||
-        ct_global->info->element_count != 1) {
-      return fail(
-          "not compressed-tensors NVFP4 (weight_packed U8 [N, K/2], weight_scale F8_E4M3 "
-          "[N, K/16], weight_global_scale F32 [1])");
-    }
-    if (to != TargetFormat::kNvfp4) return fail("already NVFP4 (compressed-tensors)");
-    m.kind = SourceKind::kNvfp4Ct;
-    m.scale = ct_scale;
-    m.global_scale = ct_global;
-    m.input_global_scale = dir.find(module + ".input_global_scale");
-    if (m.input_global_scale != nullptr && (m.input_global_scale->info->dtype != DType::F32 ||
-                                            m.input_global_scale->info->element_count != 1)) {
-      return fail("input_global_scale is not one F32");
-    }
-    m.rows = w.shape[0];
-    m.cols = w.shape[1] * 2;
-    return m;
+  auto c = formats::classify_stored(module, lookup(dir));
+  if (!c.ok()) return fail(c.error().message);
+  if (c->weight != weight.info->name) {
+    return fail("its weight is '" + c->weight + "' (" + std::string(c->row->name) + ")");
   }
-  if ((w.dtype == DType::I8 || w.dtype == DType::U8) && scale != nullptr &&
-      (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
-      scale->info->shape.size() == 2 && scale->info->shape[0] == w.shape[0] &&
-      scale->info->shape[1] * 16 == w.shape[1]) {
-    m.kind = SourceKind::kMxfp4;
-    m.scale = scale;
-    m.rows = w.shape[0];
-    m.cols = w.shape[1] * 2;
-  } else if (w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::F32) {
-    m.kind = SourceKind::kFloat;
-    m.rows = w.shape[0];
-    m.cols = w.shape[1];
-  } else if (w.dtype == DType::F8_E4M3 &&
-             ((scale != nullptr && scale->info->dtype == DType::F8_E8M0) ||
-              (scale_inv != nullptr && scale_inv->info->dtype == DType::F32))) {
-    m.kind = SourceKind::kFp8Block;
-    m.scale = scale != nullptr ? scale : scale_inv;
-    m.rows = w.shape[0];
-    m.cols = w.shape[1];
-    if (m.scale->info->element_count !=
-        static_cast<uint64_t>(formats::fp8_block_scale_count(m.rows, m.cols))) {
-      return fail("FP8 scale grid is not [ceil(N/128), ceil(K/128)]");
-    }
-  } else if (w.dtype == DType::U8 && dir.find(module + ".weight_scale") != nullptr) {
-    return fail("already NVFP4 (ModelOpt layout)");
-  } else {
-    return fail("not MXFP4, BF16/F16/F32 or FP8 block-128");
+  if (weight.info->shape.size() != 2) return fail("not a 2-D linear weight");
+  switch (c->row->form) {
+    case formats::StoredForm::kNvfp4CompressedTensors:
+      // Re-labeled exactly into ModelOpt's names.
+      if (to != TargetFormat::kNvfp4) return fail("already NVFP4 (compressed-tensors)");
+      m.kind = SourceKind::kNvfp4Ct;
+      m.global_scale = dir.find(c->tensor_scale);
+      if (!c->input_scale.empty()) m.input_global_scale = dir.find(c->input_scale);
+      break;
+    case formats::StoredForm::kMxfp4:
+      m.kind = SourceKind::kMxfp4;
+      break;
+    case formats::StoredForm::kDense:
+      m.kind = SourceKind::kFloat;
+      break;
+    case formats::StoredForm::kFp8Block128:
+    case formats::StoredForm::kFp8Block128Ue8m0:
+      m.kind = SourceKind::kFp8Block;
+      break;
+    case formats::StoredForm::kNvfp4ModelOpt:
+    case formats::StoredForm::kNvfp4ModelOptFused:
+      return fail("already NVFP4 (ModelOpt layout)");
+    case formats::StoredForm::kMxfp4CompressedTensors:
+    case formats::StoredForm::kMxfp4GptOssFused:
+    case formats::StoredForm::kFp8Block128CompressedTensors:
+    case formats::StoredForm::kFp8Tensor:
+    case formats::StoredForm::kFp8Channel:
+    case formats::StoredForm::kMxfp8:
+    case formats::StoredForm::kInt4CompressedTensors:
+      return fail("stored as " + std::string(c->row->name) +
+                  ", not MXFP4, BF16/F16/F32, FP8 block-128 or compressed-tensors NVFP4");
   }
+  m.scale = c->scale.empty() ? nullptr : dir.find(c->scale);
+  m.rows = c->n;
+  m.cols = c->k;
   if (to == TargetFormat::kMxfp4 && m.kind == SourceKind::kMxfp4) {
     return fail(std::string("already ") + std::string(source_kind_name(m.kind)));
   }
@@ -217,13 +211,11 @@ Result<Module> classify_fused(const CheckpointDir& dir, const CheckpointTensor& 
                               const std::string& module, TargetFormat to) {
   const auto* scales = dir.find(module + "_scales");
   const auto& b = blocks.info->shape;
-  if (blocks.info->dtype != DType::U8 || b.size() != 4 || b[3] != 16 || scales == nullptr ||
-      (scales->info->dtype != DType::U8 && scales->info->dtype != DType::F8_E8M0) ||
-      scales->info->shape != std::vector<int64_t>{b[0], b[1], b[2]}) {
+  const auto c = formats::classify_stored(module, lookup(dir));
+  if (!c.ok() || c->row->form != formats::StoredForm::kMxfp4GptOssFused) {
     return Error{dir.path().string() + ": '" + module + "_blocks' (" + describe_tensor(&blocks) +
-                 ") with '" + module +
-                 "_scales' is not gpt-oss's MXFP4 layout U8 [E, N, K/32, "
-                 "16] + E8M0 [E, N, K/32]; cannot convert it"};
+                 ") with '" + module + "_scales' is not gpt-oss's MXFP4 layout (" +
+                 (c.ok() ? std::string(c->row->name) : c.error().message) + "); cannot convert it"};
   }
   if (to != TargetFormat::kNvfp4) {
     return Error{dir.path().string() + ": '" + module +

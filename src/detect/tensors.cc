@@ -7,6 +7,8 @@
 #include <set>
 #include <string_view>
 
+#include "formats/storage.h"
+
 namespace fp4moe::detect {
 namespace {
 
@@ -65,12 +67,38 @@ bool is_float_dtype(const std::string& d) {
   return d == "BF16" || d == "F16" || d == "F32" || d == "F64";
 }
 
-// Elements per scale along K, when the scale's last dim divides K evenly; 0 otherwise.
-int group_along_k(int64_t k, const TensorRecord& scale) {
-  if (scale.shape.empty()) return 0;
-  const int64_t cols = scale.shape.back();
-  if (cols <= 0 || k % cols != 0) return 0;
-  return static_cast<int>(k / cols);
+// The detect scheme of a row of formats/'s stored-form table.
+SchemeSpec spec_of(const formats::StoredMatrix& c, const std::string& scale_dtype,
+                   bool has_input_scale) {
+  using formats::StoredForm;
+  const ScaleType st = scale_type(scale_dtype);
+  switch (c.row->form) {
+    case StoredForm::kNvfp4ModelOpt:
+    case StoredForm::kNvfp4ModelOptFused:
+    case StoredForm::kNvfp4CompressedTensors:
+      return {Scheme::kNvfp4, has_input_scale ? Activation::kNvfp4 : Activation::kNone, c.group,
+              ScaleType::kE4M3};
+    case StoredForm::kMxfp4:
+    case StoredForm::kMxfp4CompressedTensors:
+    case StoredForm::kMxfp4GptOssFused:
+      return {Scheme::kMxfp4, Activation::kNone, c.group, ScaleType::kUe8m0};
+    case StoredForm::kFp8Block128:
+    case StoredForm::kFp8Block128Ue8m0:
+    case StoredForm::kFp8Block128CompressedTensors:
+      return {Scheme::kFp8Block, Activation::kFp8Dynamic, c.group, st};
+    case StoredForm::kFp8Tensor:
+      return {Scheme::kFp8Tensor,
+              has_input_scale ? Activation::kFp8Static : Activation::kFp8Dynamic, 0, st};
+    case StoredForm::kFp8Channel:
+      return {Scheme::kFp8Channel, Activation::kFp8Dynamic, 0, st};
+    case StoredForm::kMxfp8:
+      return {Scheme::kMxfp8, Activation::kMxfp8, c.group, ScaleType::kUe8m0};
+    case StoredForm::kInt4CompressedTensors:
+      return {Scheme::kInt4, Activation::kNone, c.group, st};
+    case StoredForm::kDense:
+      return not_quantized();
+  }
+  return {Scheme::kUnknown, Activation::kUnknown, 0, ScaleType::kUnknown};
 }
 
 // From names alone (an index whose shards are not downloaded): only suffixes that no other
@@ -105,7 +133,9 @@ void classify_by_names(TensorModule& m) {
   }
 }
 
-void classify(TensorModule& m) {
+// From the headers: formats/'s classifier over this module's tensors (`find`: every tensor of the
+// checkpoint by name).
+void classify(TensorModule& m, const std::map<std::string, const TensorRecord*>& all) {
   if (m.names_only) {
     classify_by_names(m);
     return;
@@ -115,16 +145,8 @@ void classify(TensorModule& m) {
     return it == m.parts.end() ? nullptr : it->second;
   };
   m.has_input_scale = part("input_scale") || part("input_global_scale");
-  const TensorRecord* blocks = part("_blocks");
-  const TensorRecord* packed = part("weight_packed") ? part("weight_packed") : part("qweight");
-  const TensorRecord* w = blocks ? blocks : packed ? packed : part("weight");
-  const TensorRecord* s = blocks                     ? part("_scales")
-                          : part("weight_scale")     ? part("weight_scale")
-                          : part("weight_scale_inv") ? part("weight_scale_inv")
-                                                     : part("scale");
-  const Activation a4 = m.has_input_scale ? Activation::kNvfp4 : Activation::kNone;
   m.spec = {Scheme::kUnknown, Activation::kUnknown, 0, ScaleType::kUnknown};
-  if (w == nullptr) {
+  if (!part("weight") && !part("weight_packed") && !part("qweight") && !part("_blocks")) {
     m.evidence = "no weight tensor";
     m.spec = not_quantized();  // norms' parameters, router biases, buffers
     for (const auto& [suffix, t] : m.parts) {
@@ -134,74 +156,21 @@ void classify(TensorModule& m) {
     }
     return;
   }
+  const formats::TensorLookup find =
+      [&all](const std::string& name) -> std::optional<formats::TensorDesc> {
+    auto it = all.find(name);
+    if (it == all.end()) return std::nullopt;
+    return formats::TensorDesc{it->second->dtype, it->second->shape};
+  };
+  const auto c = formats::classify_stored(m.name, find);
+  if (!c.ok()) {
+    m.evidence = c.error().message;
+    return;
+  }
+  const TensorRecord* w = all.at(c->weight);
+  const TensorRecord* s = c->scale.empty() ? nullptr : all.at(c->scale);
   m.evidence = describe(*w, "weight") + (s ? " + " + describe(*s, "scale") : "");
-  if (blocks) {
-    // gpt-oss: [E, N, K/32, 16] bytes of E2M1 pairs + [E, N, K/32] E8M0 exponents.
-    if (s && w->dtype == "U8" && w->shape.size() >= 2 && w->shape.back() == 16 &&
-        s->shape.size() + 1 == w->shape.size() &&
-        std::equal(s->shape.begin(), s->shape.end(), w->shape.begin())) {
-      m.spec = {Scheme::kMxfp4, Activation::kNone, 32, scale_type(s->dtype)};
-    }
-    return;
-  }
-  if (w->shape.size() < 2) {
-    if (is_float_dtype(w->dtype) && s == nullptr) m.spec = not_quantized();
-    return;
-  }
-  const int64_t cols = w->shape.back();
-  const int64_t rows = w->shape[w->shape.size() - 2];
-  if (is_float_dtype(w->dtype)) {
-    if (s == nullptr) m.spec = not_quantized();
-    return;
-  }
-  if (s == nullptr) return;  // a quantized dtype without a scale: unknown
-  if (w->dtype == "I32" && packed) {
-    // compressed-tensors pack-quantized INT4: 8 nibbles per int32.
-    const int g = group_along_k(cols * 8, *s);
-    if (g > 0) m.spec = {Scheme::kInt4, Activation::kNone, g, scale_type(s->dtype)};
-    return;
-  }
-  if (w->dtype == "U8" || w->dtype == "I8") {
-    // Two E2M1 codes per byte: K = 2 * cols. The scale dtype tells NVFP4 from MXFP4.
-    const int g = group_along_k(cols * 2, *s);
-    const bool rows_match = s->shape.size() >= 2 && s->shape[s->shape.size() - 2] == rows;
-    if (s->dtype == "F8_E4M3" && g == 16 && rows_match) {
-      m.spec = {Scheme::kNvfp4, a4, 16, ScaleType::kE4M3};
-    } else if ((s->dtype == "F8_E8M0" || s->dtype == "U8") && g == 32 && rows_match) {
-      m.spec = {Scheme::kMxfp4, Activation::kNone, 32, ScaleType::kUe8m0};
-    }
-    return;
-  }
-  if (w->dtype == "F8_E4M3") {
-    const int64_t sn = numel(s->shape);
-    if (sn == 1) {
-      m.spec = {Scheme::kFp8Tensor,
-                m.has_input_scale ? Activation::kFp8Static : Activation::kFp8Dynamic, 0,
-                scale_type(s->dtype)};
-      return;
-    }
-    if ((s->shape.size() == 1 && s->shape[0] == rows) ||
-        (s->shape.size() == 2 && s->shape[0] == rows && s->shape[1] == 1)) {
-      m.spec = {Scheme::kFp8Channel, Activation::kFp8Dynamic, 0, scale_type(s->dtype)};
-      return;
-    }
-    if (s->shape.size() >= 2) {
-      const int64_t srows = s->shape[s->shape.size() - 2];
-      const int64_t scols = s->shape.back();
-      if (srows == rows && (s->dtype == "F8_E8M0" || s->dtype == "U8") &&
-          group_along_k(cols, *s) == 32) {
-        m.spec = {Scheme::kMxfp8, Activation::kMxfp8, 32, ScaleType::kUe8m0};
-        return;
-      }
-      for (int64_t b : {128, 64, 256, 32}) {
-        if ((rows + b - 1) / b == srows && (cols + b - 1) / b == scols) {
-          m.spec = {Scheme::kFp8Block, Activation::kFp8Dynamic, static_cast<int>(b),
-                    scale_type(s->dtype)};
-          return;
-        }
-      }
-    }
-  }
+  m.spec = spec_of(*c, s ? s->dtype : "", m.has_input_scale);
 }
 
 }  // namespace
@@ -264,8 +233,10 @@ TensorEvidence classify_tensors(const std::vector<TensorRecord>& tensors) {
       m.bytes += n * size;
     }
   }
+  std::map<std::string, const TensorRecord*> by_name;
+  for (const auto& t : tensors) by_name.emplace(t.name, &t);
   for (auto& [name, m] : modules) {
-    classify(m);
+    classify(m, by_name);
     ev.modules.push_back(std::move(m));
   }
   return ev;

@@ -13,6 +13,7 @@
 #include "checkpoint/tensor_values.h"
 #include "formats/block.h"
 #include "formats/scalar.h"
+#include "formats/storage.h"
 
 namespace fp4moe::model {
 namespace {
@@ -91,134 +92,94 @@ using checkpoint::read_f32;
 
 using checkpoint::tensor_bytes;
 
-bool is_dense_float(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
+// The classifier's view of the checkpoint (formats/storage.h): a tensor's dtype and shape by name.
+formats::TensorLookup lookup(const CheckpointDir& dir) {
+  return [&dir](const std::string& name) -> std::optional<formats::TensorDesc> {
+    const auto* t = dir.find(name);
+    if (t == nullptr) return std::nullopt;
+    return formats::TensorDesc{checkpoint::dtype_name(t->info->dtype), t->info->shape};
+  };
+}
 
-Error unsupported_storage(const CheckpointDir& dir, const std::string& module, DType dtype) {
-  if (is_dense_float(dtype)) {
-    return Error{dir.path().string() + ": '" + module + "' is " +
-                     std::string(checkpoint::dtype_name(dtype)) +
-                     " (not quantized) and the CPU kernels run only MXFP4, NVFP4 and FP8 "
-                     "block-128 weights, so its MoE layers cannot run here (convert them first: "
-                     "fp4moe convert --to nvfp4)",
-                 ErrorKind::kFailed};
+// The stored matrix of a classified module, with its tensors; an error for a form the CPU path
+// does not run (one without a codec of formats/).
+Result<StoredMatrix> stored_matrix(const CheckpointDir& dir, const formats::StoredMatrix& c,
+                                   const std::string& module) {
+  const formats::StoredFormInfo& row = *c.row;
+  if (!row.codec) {
+    const DType dtype = dir.find(c.weight)->info->dtype;
+    if (row.form == formats::StoredForm::kDense) {
+      return Error{dir.path().string() + ": '" + module + "' is " +
+                       std::string(checkpoint::dtype_name(dtype)) +
+                       " (not quantized) and the CPU kernels run only MXFP4, NVFP4 and FP8 "
+                       "block-128 weights, so its MoE layers cannot run here (convert them first: "
+                       "fp4moe convert --to nvfp4)",
+                   ErrorKind::kFailed};
+    }
+    return Error{dir.path().string() + ": '" + module + "' is stored as " + std::string(row.name) +
+                 ", a storage the CPU path does not run (MXFP4, NVFP4 ModelOpt or "
+                 "compressed-tensors, FP8 block-128)"};
   }
-  return Error{dir.path().string() + ": '" + module + "' has weight dtype " +
-               std::string(checkpoint::dtype_name(dtype)) +
-               " with scale tensors in no storage the CPU path runs (MXFP4, NVFP4 ModelOpt or "
-               "compressed-tensors, FP8 block-128)"};
+  StoredMatrix m;
+  m.module = module;
+  m.form = &row;
+  m.scheme = std::string(row.scheme);
+  m.weight = dir.find(c.weight);
+  m.scale = dir.find(c.scale);
+  m.tensor_scale = c.tensor_scale.empty() ? nullptr : dir.find(c.tensor_scale);
+  m.reciprocal_tensor_scale = row.reciprocal_tensor_scale;
+  m.n = c.n;
+  m.k = c.k;
+  m.source_rows = c.experts > 0 ? c.experts * c.n : c.n;
+  return m;
 }
 
 Result<StoredMatrix> find_matrix(const CheckpointDir& dir, const std::string& module) {
-  StoredMatrix m;
-  m.module = module;
-  m.weight = dir.find(module + ".weight");
-  const auto* packed = dir.find(module + ".weight_packed");  // compressed-tensors
-  if (m.weight == nullptr) m.weight = packed;
-  if (m.weight == nullptr) {
-    return Error{dir.path().string() + ": no tensor '" + module +
-                 ".weight' (nor '.weight_packed')"};
+  auto c = formats::classify_stored(module, lookup(dir));
+  if (!c.ok()) {
+    if (dir.find(module + ".weight") == nullptr && dir.find(module + ".weight_packed") == nullptr) {
+      return Error{dir.path().string() + ": no tensor '" + module +
+                   ".weight' (nor '.weight_packed')"};
+    }
+    return Error{dir.path().string() + ": '" + module +
+                 "' is in no storage the CPU path runs (MXFP4, NVFP4 ModelOpt or "
+                 "compressed-tensors, FP8 block-128): " +
+                 c.error().message};
   }
-  const auto& w = *m.weight->info;
-  const auto* scale = dir.find(module + ".scale");
-  const auto* weight_scale = dir.find(module + ".weight_scale");
-  const auto* weight_scale_2 = dir.find(module + ".weight_scale_2");
-  const auto* global_scale = dir.find(module + ".weight_global_scale");
-  const auto* scale_inv = dir.find(module + ".weight_scale_inv");
-  const bool two_d = w.shape.size() == 2;
-  if (two_d) m.source_rows = w.shape[0];
-  auto scalar_f32 = [](const CheckpointTensor* t) {
-    return t != nullptr && t->info->dtype == DType::F32 && t->info->element_count == 1;
-  };
-  if (two_d && (w.dtype == DType::I8 || w.dtype == DType::U8) && scale != nullptr &&
-      (scale->info->dtype == DType::F8_E8M0 || scale->info->dtype == DType::U8) &&
-      scale->info->shape.size() == 2 && scale->info->shape[1] * 16 == w.shape[1]) {
-    m.scheme = "mxfp4";
-    m.scale = scale;
-    m.n = w.shape[0];
-    m.k = w.shape[1] * 2;
-  } else if (two_d && w.dtype == DType::U8 && weight_scale != nullptr &&
-             weight_scale->info->dtype == DType::F8_E4M3 &&
-             (scalar_f32(weight_scale_2) || (packed != nullptr && scalar_f32(global_scale)))) {
-    m.scheme = "nvfp4";
-    m.scale = weight_scale;
-    m.reciprocal_tensor_scale = !scalar_f32(weight_scale_2);
-    m.tensor_scale = m.reciprocal_tensor_scale ? global_scale : weight_scale_2;
-    m.n = w.shape[0];
-    m.k = w.shape[1] * 2;
-  } else if (two_d && w.dtype == DType::F8_E4M3 &&
-             ((scale != nullptr && scale->info->dtype == DType::F8_E8M0) ||
-              (scale_inv != nullptr && scale_inv->info->dtype == DType::F32) ||
-              (weight_scale != nullptr && weight_scale->info->dtype == DType::F32 &&
-               weight_scale->info->shape.size() == 2))) {
-    m.scheme = "fp8_block";
-    m.scale = scale != nullptr ? scale : scale_inv != nullptr ? scale_inv : weight_scale;
-    m.n = w.shape[0];
-    m.k = w.shape[1];
-  } else {
-    return unsupported_storage(dir, module, w.dtype);
+  if (c->experts > 0) {
+    return Error{dir.path().string() + ": '" + module + "' is stored as " +
+                 std::string(c->row->name) +
+                 ", all experts in one tensor, where one matrix was "
+                 "expected"};
   }
-  return m;
+  return stored_matrix(dir, *c, module);
 }
 
 // gpt-oss: `<prefix><name>_blocks` U8 [E, N, K/32, 16] and `_scales` U8 [E, N, K/32] (MXFP4, as
 // released), or ModelOpt's fused NVFP4 export of it (what `fp4moe convert` writes, SGLang's
 // ModelOpt fused-MoE loader reads): `<prefix><name>` U8 [E, N, K/2], `<name>_weight_scale`
-// F8_E4M3 [E, N, K/16], `<name>_weight_scale_2` F32 scalar. The matrix of expert `e` takes rows
-// {e * N + first, stride}, `n` of them.
+// F8_E4M3 [E, N, K/16], `<name>_weight_scale_2` F32 scalar (formats/storage.h rows). The matrix of
+// expert `e` takes rows {e * N + first, stride}, `n` of them.
 Result<StoredMatrix> find_fused_matrix(const CheckpointDir& dir, const std::string& prefix,
                                        const std::string& name, int expert, int64_t first,
                                        int64_t stride, int64_t divisor) {
-  StoredMatrix m;
-  m.module = prefix + name + "[" + std::to_string(expert) + "]";
-  const auto* blocks = dir.find(prefix + name + "_blocks");
-  const auto* packed = dir.find(prefix + name);
-  if (blocks == nullptr && packed != nullptr) {
-    m.weight = packed;
-    m.scale = dir.find(prefix + name + "_weight_scale");
-    m.tensor_scale = dir.find(prefix + name + "_weight_scale_2");
-    const auto* w = m.weight->info;
-    const bool ok =
-        w->dtype == DType::U8 && w->shape.size() == 3 && m.scale != nullptr &&
-        m.scale->info->dtype == DType::F8_E4M3 &&
-        m.scale->info->shape == std::vector<int64_t>{w->shape[0], w->shape[1], w->shape[2] / 8} &&
-        w->shape[2] % 8 == 0 && m.tensor_scale != nullptr &&
-        m.tensor_scale->info->dtype == DType::F32 && m.tensor_scale->info->element_count == 1 &&
-        expert < w->shape[0] && w->shape[1] % divisor == 0;
-    if (!ok) {
-      return Error{dir.path().string() + ": '" + prefix + name + "' with '_weight_scale' and " +
-                   "'_weight_scale_2' is not the fused NVFP4 layout U8 [E, N, K/2] + F8_E4M3 " +
-                   "[E, N, K/16] + F32 scalar for expert " + std::to_string(expert)};
-    }
-    m.scheme = "nvfp4";
-    m.n = w->shape[1] / divisor;
-    m.k = w->shape[2] * 2;
-    m.source_rows = w->shape[0] * w->shape[1];
-    m.rows = {expert * w->shape[1] + first, stride};
-    return m;
+  const std::string module = prefix + name;
+  auto c = formats::classify_stored(module, lookup(dir));
+  if (!c.ok() || c->experts == 0) {
+    return Error{dir.path().string() + ": gpt-oss experts need '" + module +
+                 "_blocks' and '_scales' (MXFP4) or '" + module + "' and '_weight_scale' (NVFP4)" +
+                 (c.ok() ? "" : ": " + c.error().message)};
   }
-  m.weight = blocks;
-  m.scale = dir.find(prefix + name + "_scales");
-  if (m.weight == nullptr || m.scale == nullptr) {
-    return Error{dir.path().string() + ": gpt-oss experts need '" + prefix + name +
-                 "_blocks' and '_scales' (MXFP4) or '" + prefix + name +
-                 "' and '_weight_scale' (NVFP4)"};
+  if (expert >= c->experts || c->n % divisor != 0) {
+    return Error{dir.path().string() + ": '" + c->weight + "' (" + std::string(c->row->name) +
+                 ") has " + std::to_string(c->experts) + " experts of " + std::to_string(c->n) +
+                 " rows: no expert " + std::to_string(expert) + " of " + std::to_string(divisor) +
+                 " interleaved matrices"};
   }
-  const auto& b = m.weight->info->shape;
-  const auto& s = m.scale->info->shape;
-  if (m.weight->info->dtype != DType::U8 || b.size() != 4 || b[3] != 16 || s.size() != 3 ||
-      s[0] != b[0] || s[1] != b[1] || s[2] != b[2] ||
-      (m.scale->info->dtype != DType::U8 && m.scale->info->dtype != DType::F8_E8M0) ||
-      expert >= b[0] || b[1] % divisor != 0) {
-    return Error{dir.path().string() + ": '" + prefix + name +
-                 "_blocks'/'_scales' are not the gpt-oss MXFP4 layout U8 [E, N, K/32, 16] + "
-                 "E8M0 [E, N, K/32] for expert " +
-                 std::to_string(expert)};
-  }
-  m.scheme = "mxfp4";
-  m.n = b[1] / divisor;
-  m.k = b[2] * 32;
-  m.source_rows = b[0] * b[1];
-  m.rows = {expert * b[1] + first, stride};
+  auto m = stored_matrix(dir, *c, module + "[" + std::to_string(expert) + "]");
+  if (!m.ok()) return m.error();
+  m->n = c->n / divisor;
+  m->rows = {expert * c->n + first, stride};
   return m;
 }
 
@@ -282,26 +243,30 @@ Result<pack::PackedWeights> pack_matrix(const CheckpointDir& dir, const StoredMa
   auto scale = tensor_bytes(dir, *m.scale);
   if (!scale.ok()) return scale.error();
   const std::string& name = m.weight->info->name;
-  if (m.scheme == "mxfp4") {
-    return pack::pack_mxfp4_rows(name, *weight, *scale, m.source_rows, m.rows, m.n, m.k);
-  }
-  if (m.scheme == "nvfp4") {
-    auto ts = tensor_scale(dir, m);
-    if (!ts.ok()) return ts.error();
-    if (is_stacked(m)) {
-      FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
-      const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
-      const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
-      return pack::pack_nvfp4(name, codes, scales, *ts, m.n, m.k);
+  switch (*m.form->codec) {
+    case formats::BlockFormat::kMxfp4:
+      return pack::pack_mxfp4_rows(name, *weight, *scale, m.source_rows, m.rows, m.n, m.k);
+    case formats::BlockFormat::kNvfp4: {
+      auto ts = tensor_scale(dir, m);
+      if (!ts.ok()) return ts.error();
+      if (is_stacked(m)) {
+        FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
+        const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
+        const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
+        return pack::pack_nvfp4(name, codes, scales, *ts, m.n, m.k);
+      }
+      return pack::pack_nvfp4(name, *weight, *scale, *ts, m.n, m.k);
     }
-    return pack::pack_nvfp4(name, *weight, *scale, *ts, m.n, m.k);
+    case formats::BlockFormat::kFp8Block128Ue8m0:
+      return pack::pack_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k);
+    case formats::BlockFormat::kFp8Block128: {
+      auto scales = read_f32(dir, *m.scale);
+      if (!scales.ok()) return scales.error();
+      return pack::pack_fp8_block128(name, *weight, *scales, m.n, m.k);
+    }
   }
-  if (m.scale->info->dtype == DType::F8_E8M0) {
-    return pack::pack_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k);
-  }
-  auto scales = read_f32(dir, *m.scale);
-  if (!scales.ok()) return scales.error();
-  return pack::pack_fp8_block128(name, *weight, *scales, m.n, m.k);
+  FP4MOE_CHECK(false && "a codec without a pack function");
+  return Error{"unreachable"};
 }
 
 Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const StoredMatrix& m) {
@@ -312,32 +277,40 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
   std::vector<float> out(static_cast<size_t>(m.n * m.k));
   const std::string& name = m.weight->info->name;
   Status s;
-  if (m.scheme == "mxfp4") {
-    if (m.source_rows * m.k / 2 != static_cast<int64_t>(weight->size()) ||
-        m.source_rows * (m.k / 32) != static_cast<int64_t>(scale->size())) {
-      return Error{dir.path().string() + ": tensor '" + name + "' does not hold " +
-                   std::to_string(m.source_rows) + " MXFP4 rows of K = " + std::to_string(m.k)};
-    }
-    const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
-    const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 32);
-    s = formats::dequantize_mxfp4(name, codes, scales, m.n, m.k, out);
-  } else if (m.scheme == "nvfp4") {
-    auto ts = tensor_scale(dir, m);
-    if (!ts.ok()) return ts.error();
-    if (is_stacked(m)) {
-      FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
+  switch (*m.form->codec) {
+    case formats::BlockFormat::kMxfp4: {
+      if (m.source_rows * m.k / 2 != static_cast<int64_t>(weight->size()) ||
+          m.source_rows * (m.k / 32) != static_cast<int64_t>(scale->size())) {
+        return Error{dir.path().string() + ": tensor '" + name + "' does not hold " +
+                     std::to_string(m.source_rows) + " MXFP4 rows of K = " + std::to_string(m.k)};
+      }
       const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
-      const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
-      s = formats::dequantize_nvfp4(name, codes, scales, *ts, m.n, m.k, out);
-    } else {
-      s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
+      const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 32);
+      s = formats::dequantize_mxfp4(name, codes, scales, m.n, m.k, out);
+      break;
     }
-  } else if (m.scale->info->dtype == DType::F8_E8M0) {
-    s = formats::dequantize_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k, out);
-  } else {
-    auto scales = read_f32(dir, *m.scale);
-    if (!scales.ok()) return scales.error();
-    s = formats::dequantize_fp8_block128(name, *weight, *scales, m.n, m.k, out);
+    case formats::BlockFormat::kNvfp4: {
+      auto ts = tensor_scale(dir, m);
+      if (!ts.ok()) return ts.error();
+      if (is_stacked(m)) {
+        FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
+        const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
+        const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
+        s = formats::dequantize_nvfp4(name, codes, scales, *ts, m.n, m.k, out);
+      } else {
+        s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
+      }
+      break;
+    }
+    case formats::BlockFormat::kFp8Block128Ue8m0:
+      s = formats::dequantize_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k, out);
+      break;
+    case formats::BlockFormat::kFp8Block128: {
+      auto scales = read_f32(dir, *m.scale);
+      if (!scales.ok()) return scales.error();
+      s = formats::dequantize_fp8_block128(name, *weight, *scales, m.n, m.k, out);
+      break;
+    }
   }
   if (!s.ok()) return s.error();
   return out;

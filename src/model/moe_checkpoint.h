@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "core/status.h"
+#include "formats/storage.h"
 #include "moe/moe_layer.h"
 #include "moe/reference.h"
 #include "pack/pack.h"
@@ -66,10 +67,11 @@ std::span<const MoeNaming> moe_namings();
 // tensor families "...experts.gate_up_proj"). `*` crosses dots (fnmatch without FNM_PATHNAME).
 std::string routed_expert_glob(const MoeNaming& naming);
 
-// One matrix as stored: which scheme, and its tensors.
+// One matrix as stored: its row of the stored-form table (formats/storage.h), and its tensors.
 struct StoredMatrix {
-  std::string module;  // "layers.3.ffn.experts.7.w1"
-  std::string scheme;  // "mxfp4", "nvfp4", "fp8_block"
+  std::string module;                             // "layers.3.ffn.experts.7.w1"
+  const formats::StoredFormInfo* form = nullptr;  // a row with a codec
+  std::string scheme;                             // the row's: "mxfp4", "nvfp4", "fp8_block"
   int64_t n = 0, k = 0;
   const checkpoint::CheckpointTensor* weight = nullptr;
   const checkpoint::CheckpointTensor* scale = nullptr;         // block scales

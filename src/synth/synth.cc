@@ -12,7 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/dtype.h"
 #include "checkpoint/writer.h"
+#include "formats/storage.h"
 #include "synth/base_configs.h"
 #include "synth/tiles.h"
 
@@ -66,12 +68,23 @@ std::vector<std::byte> f32_bytes(float v) {
 
 int64_t int_key(const json& c, const char* key) { return c.at(key).get<int64_t>(); }
 
-// The scale tensor an FP8 128x128 weight carries, per producer.
-enum class Fp8Scale {
-  kUe8m0,        // DeepSeek-V4: `.scale` F8_E8M0
-  kF32ScaleInv,  // DeepSeek-V3: `.weight_scale_inv` F32
-  kCtF32,        // compressed-tensors float-quantized block: `.weight_scale` F32
-};
+// The stored form of an FP8 128x128 weight (its scale tensor), per producer.
+namespace Fp8Scale {
+constexpr auto kUe8m0 = formats::StoredForm::kFp8Block128Ue8m0;  // DeepSeek-V4: `.scale` E8M0
+constexpr auto kF32ScaleInv =
+    formats::StoredForm::kFp8Block128;  // DeepSeek-V3: `.weight_scale_inv`
+constexpr auto kCtF32 = formats::StoredForm::kFp8Block128CompressedTensors;  // `.weight_scale` F32
+}  // namespace Fp8Scale
+
+// The dtype a stored form's tensor is written in (the first its row allows), and its name.
+DType written_dtype(const formats::StoredTensorInfo& t) {
+  const auto d = checkpoint::parse_dtype(formats::dtype_of(t));
+  FP4MOE_CHECK(d.has_value());
+  return *d;
+}
+std::string name_of(const std::string& module, const formats::StoredTensorInfo& t) {
+  return module + std::string(t.suffix);
+}
 
 // A checkpoint's tensors in write order, each with its data source: explicit bytes, a tiling
 // fill, or nothing (a file hole).
@@ -110,18 +123,20 @@ class Plan {
     entries_.push_back({{std::move(name), dtype, std::move(shape)}, tile_bytes(pool, start), {}});
   }
 
-  // MXFP4: `.weight` [n, k/2] (I8 in DeepSeek-V4) + `<scale>` F8_E8M0 [n, k/32].
-  void mxfp4(const std::string& m, int64_t n, int64_t k, DType weight_dtype,
-             const std::string& scale_name) {
+  // MXFP4 as DeepSeek-V4 stores it (formats/storage.h kMxfp4): `.weight` I8 [n, k/2] + `.scale`
+  // F8_E8M0 [n, k/32].
+  void mxfp4(const std::string& m, int64_t n, int64_t k) {
+    const auto& row = formats::stored_form_info(formats::StoredForm::kMxfp4);
+    const std::string weight = name_of(m, row.weight), scale = name_of(m, row.scale);
     if (holes_only()) {
-      hole(m + ".weight", weight_dtype, {n, k / 2});
-      return hole(m + scale_name, DType::F8_E8M0, {n, k / 32});
+      hole(weight, written_dtype(row.weight), {n, k / 2});
+      return hole(scale, written_dtype(row.scale), {n, k / 32});
     }
     const uint64_t block = rng_.next() % pools_->mxfp4_scales.size();
-    entries_.push_back({{m + ".weight", weight_dtype, {n, k / 2}},
+    entries_.push_back({{weight, written_dtype(row.weight), {n, k / 2}},
                         tile_bytes(pools_->mxfp4_packed, block * 16),
                         {}});
-    entries_.push_back({{m + scale_name, DType::F8_E8M0, {n, k / 32}},
+    entries_.push_back({{scale, written_dtype(row.scale), {n, k / 32}},
                         tile_bytes(pools_->mxfp4_scales, block),
                         {}});
   }
@@ -129,16 +144,19 @@ class Plan {
   // gpt-oss fused experts: `<p>_blocks` U8 [E, n, k/32, 16] + `<p>_scales` U8 [E, n, k/32]
   // (E8M0 codes stored as U8) + `<p>_bias` BF16 [E, n].
   void gpt_oss_experts(const std::string& p, int64_t experts, int64_t n, int64_t k) {
+    const auto& row = formats::stored_form_info(formats::StoredForm::kMxfp4GptOssFused);
     const Shape blocks = {experts, n, k / 32, 16}, scales = {experts, n, k / 32};
+    const std::string bname = name_of(p, row.weight), sname = name_of(p, row.scale);
     if (holes_only()) {
-      hole(p + "_blocks", DType::U8, blocks);
-      hole(p + "_scales", DType::U8, scales);
+      hole(bname, written_dtype(row.weight), blocks);
+      hole(sname, written_dtype(row.scale), scales);
     } else {
       const uint64_t block = rng_.next() % pools_->mxfp4_scales.size();
+      entries_.push_back({{bname, written_dtype(row.weight), blocks},
+                          tile_bytes(pools_->mxfp4_packed, block * 16),
+                          {}});
       entries_.push_back(
-          {{p + "_blocks", DType::U8, blocks}, tile_bytes(pools_->mxfp4_packed, block * 16), {}});
-      entries_.push_back(
-          {{p + "_scales", DType::U8, scales}, tile_bytes(pools_->mxfp4_scales, block), {}});
+          {{sname, written_dtype(row.scale), scales}, tile_bytes(pools_->mxfp4_scales, block), {}});
     }
     gaussian(p + "_bias", DType::BF16, {experts, n});
   }
@@ -146,47 +164,51 @@ class Plan {
   // ModelOpt NVFP4: `.weight` U8 [n, k/2], `.weight_scale` F8_E4M3 [n, k/16], `.weight_scale_2`
   // and `.input_scale` F32 scalars.
   void nvfp4_modelopt(const std::string& m, int64_t n, int64_t k, bool data = true) {
-    nvfp4_blocks(m + ".weight", m + ".weight_scale", n, k, data);
+    const auto& row = formats::stored_form_info(formats::StoredForm::kNvfp4ModelOpt);
+    nvfp4_blocks(row, m, n, k, data);
     const bool scalars = data && !holes_only();
-    scalar_or_hole(m + ".weight_scale_2", scalars ? pools_->nvfp4_tensor_scale : 0, {}, scalars);
-    scalar_or_hole(m + ".input_scale", kNvfp4InputScale, {}, scalars);
+    scalar_or_hole(name_of(m, row.tensor_scale), scalars ? pools_->nvfp4_tensor_scale : 0, {},
+                   scalars);
+    scalar_or_hole(name_of(m, row.input_scale), kNvfp4InputScale, {}, scalars);
   }
 
   // compressed-tensors NVFP4 (nvfp4-pack-quantized): `.weight_packed` U8 [n, k/2], `.weight_scale`
   // F8_E4M3 [n, k/16], `.weight_global_scale` / `.input_global_scale` F32 [1], the reciprocals of
   // ModelOpt's weight_scale_2 / input_scale.
   void nvfp4_ct(const std::string& m, int64_t n, int64_t k) {
-    nvfp4_blocks(m + ".weight_packed", m + ".weight_scale", n, k, true);
+    const auto& row = formats::stored_form_info(formats::StoredForm::kNvfp4CompressedTensors);
+    nvfp4_blocks(row, m, n, k, true);
     const bool scalars = !holes_only();
-    scalar_or_hole(m + ".weight_global_scale", scalars ? 1.0f / pools_->nvfp4_tensor_scale : 0, {1},
-                   scalars);
-    scalar_or_hole(m + ".input_global_scale", 1.0f / kNvfp4InputScale, {1}, scalars);
+    scalar_or_hole(name_of(m, row.tensor_scale), scalars ? 1.0f / pools_->nvfp4_tensor_scale : 0,
+                   {1}, scalars);
+    scalar_or_hole(name_of(m, row.input_scale), 1.0f / kNvfp4InputScale, {1}, scalars);
   }
 
   // FP8 E4M3 `.weight` [n, k] with one scale per 128x128 block ([ceil(n/128), ceil(k/128)]).
-  void fp8_block(const std::string& m, int64_t n, int64_t k, Fp8Scale kind, bool data = true) {
+  void fp8_block(const std::string& m, int64_t n, int64_t k, formats::StoredForm form,
+                 bool data = true) {
+    const auto& row = formats::stored_form_info(form);
+    FP4MOE_CHECK(row.scale.shape == formats::ShapeRule::kGrid && row.block == 128);
     const Shape grid = {(n + 127) / 128, (k + 127) / 128};
-    const char* scale_name = kind == Fp8Scale::kUe8m0         ? ".scale"
-                             : kind == Fp8Scale::kF32ScaleInv ? ".weight_scale_inv"
-                                                              : ".weight_scale";
-    const DType scale_dtype = kind == Fp8Scale::kUe8m0 ? DType::F8_E8M0 : DType::F32;
+    const std::string weight = name_of(m, row.weight), scale_name = name_of(m, row.scale);
+    const DType weight_dtype = written_dtype(row.weight), scale_dtype = written_dtype(row.scale);
     if (holes_only() || !data) {
-      hole(m + ".weight", DType::F8_E4M3, {n, k});
-      return hole(m + scale_name, scale_dtype, grid);
+      hole(weight, weight_dtype, {n, k});
+      return hole(scale_name, scale_dtype, grid);
     }
-    const bool ue8m0 = kind == Fp8Scale::kUe8m0;
+    const bool ue8m0 = scale_dtype == DType::F8_E8M0;
     const uint64_t tile = rng_.next() % Pools::kFp8Tiles;
     const std::vector<uint8_t>& q = ue8m0 ? pools_->fp8_ue8m0_q : pools_->fp8_f32_q;
     const std::vector<uint8_t>& s = ue8m0 ? pools_->fp8_ue8m0_scales : pools_->fp8_f32_scales;
+    entries_.push_back({{weight, weight_dtype, {n, k}}, tile_fp8_weight(q, n, k, tile), {}});
     entries_.push_back(
-        {{m + ".weight", DType::F8_E4M3, {n, k}}, tile_fp8_weight(q, n, k, tile), {}});
-    entries_.push_back(
-        {{m + scale_name, scale_dtype, grid}, tile_bytes(s, tile * (ue8m0 ? 1 : 4)), {}});
+        {{scale_name, scale_dtype, grid}, tile_bytes(s, tile * (ue8m0 ? 1 : 4)), {}});
   }
 
   void bf16_linear(const std::string& m, int64_t n, int64_t k, bool data = true) {
-    if (!data) return hole(m + ".weight", DType::BF16, {n, k});
-    gaussian(m + ".weight", DType::BF16, {n, k});
+    const auto& row = formats::stored_form_info(formats::StoredForm::kDense);
+    if (!data) return hole(name_of(m, row.weight), written_dtype(row.weight), {n, k});
+    gaussian(name_of(m, row.weight), written_dtype(row.weight), {n, k});
   }
 
   Status write(const fs::path& dir, const SynthOptions& options, const json& config,
@@ -220,17 +242,18 @@ class Plan {
     std::vector<std::byte> bytes;
   };
 
-  void nvfp4_blocks(const std::string& weight, const std::string& scale, int64_t n, int64_t k,
+  // The codes and block scales of an NVFP4 row: weight [n, k/2], scale [n, k/16].
+  void nvfp4_blocks(const formats::StoredFormInfo& row, const std::string& m, int64_t n, int64_t k,
                     bool data) {
+    const std::string weight = name_of(m, row.weight), scale = name_of(m, row.scale);
+    const DType wd = written_dtype(row.weight), sd = written_dtype(row.scale);
     if (holes_only() || !data) {
-      hole(weight, DType::U8, {n, k / 2});
-      return hole(scale, DType::F8_E4M3, {n, k / 16});
+      hole(weight, wd, {n, k / 2});
+      return hole(scale, sd, {n, k / 16});
     }
     const uint64_t block = rng_.next() % pools_->nvfp4_scales.size();
-    entries_.push_back(
-        {{weight, DType::U8, {n, k / 2}}, tile_bytes(pools_->nvfp4_packed, block * 8), {}});
-    entries_.push_back(
-        {{scale, DType::F8_E4M3, {n, k / 16}}, tile_bytes(pools_->nvfp4_scales, block), {}});
+    entries_.push_back({{weight, wd, {n, k / 2}}, tile_bytes(pools_->nvfp4_packed, block * 8), {}});
+    entries_.push_back({{scale, sd, {n, k / 16}}, tile_bytes(pools_->nvfp4_scales, block), {}});
   }
 
   void scalar_or_hole(std::string name, float value, Shape shape, bool data) {
@@ -312,7 +335,7 @@ void dsv4_block(Plan& p, const std::string& pre, const json& c, int experts, V4E
     // w1 (gate) and w3 (up) are [inter, hidden]; w2 (down) is [hidden, inter].
     for (const auto& [w, n, k] : {std::tuple{"w1", inter, h}, {"w2", h, inter}, {"w3", inter, h}}) {
       if (form == V4Experts::kMxfp4) {
-        p.mxfp4(x + w, n, k, DType::I8, ".scale");
+        p.mxfp4(x + w, n, k);
       } else {
         p.nvfp4_modelopt(x + w, n, k);
       }

@@ -114,6 +114,21 @@ TEST(Tensors, FamiliesOfFormatsSection3) {
   EXPECT_EQ(classify_one({{"m.weight", "U8", {64, 32}}}).scheme, Scheme::kUnknown);
   EXPECT_EQ(classify_one({{"m.weight", "F8_E5M2", {64, 32}}, {"m.weight_scale", "F32", {}}}).scheme,
             Scheme::kUnknown);
+  // The stored-form table's rules (formats/storage.h), stricter than detect's own were: NVFP4
+  // needs its tensor scale and U8 codes; a BF16 weight beside a scale is no dense matrix.
+  EXPECT_EQ(
+      classify_one({{"m.weight", "U8", {64, 32}}, {"m.weight_scale", "F8_E4M3", {64, 4}}}).scheme,
+      Scheme::kUnknown);
+  EXPECT_EQ(classify_one({{"m.weight", "I8", {64, 32}},
+                          {"m.weight_scale", "F8_E4M3", {64, 4}},
+                          {"m.weight_scale_2", "F32", {}}})
+                .scheme,
+            Scheme::kUnknown);
+  auto refused = classify_tensors({{"m.weight", "BF16", {64, 64}}, {"m.weight_scale", "F32", {}}});
+  ASSERT_EQ(refused.modules.size(), 1u);
+  EXPECT_EQ(refused.modules[0].spec.scheme, Scheme::kUnknown);
+  EXPECT_NE(refused.modules[0].evidence.find("'m.weight_scale'"), std::string::npos)
+      << refused.modules[0].evidence;
 }
 
 TEST(Tensors, SuffixSplitting) {
