@@ -441,8 +441,10 @@ const CommandRegistrar kConvert{
                       "(exit 1, with the fix)")
            ->delimiter(',');
        app.add_option("--modules", args->modules,
-                      "module globs to convert (default: the routed experts, named by the model "
-                      "family, e.g. layers.*.ffn.experts.* or model.layers.*.mlp.experts.*)");
+                      "module globs to convert (default: the routed experts of the main layers, "
+                      "named by the model family, e.g. layers.*.ffn.experts.* or "
+                      "model.layers.*.mlp.experts.*; except for DeepSeek-V4 also the shared "
+                      "experts and dense MLP, as NVIDIA's NVFP4 releases)");
        app.add_flag("--force", args->force,
                     "replace an existing destination checkpoint (swapped out only once the new one "
                     "is complete and checked)");

@@ -233,16 +233,100 @@ Result<Module> classify_fused(const CheckpointDir& dir, const CheckpointTensor& 
   return m;
 }
 
+// The language model's part of config.json (a VLM wrapper such as Kimi-K2.5 keeps it in
+// text_config), as model/ reads it.
+const nlohmann::json& language_config(const nlohmann::json& config) {
+  return config.is_object() && config.contains("text_config") &&
+                 config["text_config"].is_object() && !config.contains("hidden_size")
+             ? config["text_config"]
+             : config;
+}
+
+// The numbered decoder layers of a family whose multi-token-prediction layers follow them under
+// the same prefix (DeepSeek-V3, Kimi-K2, GLM-5: `model.layers.{num_hidden_layers + i}`, counted by
+// num_nextn_predict_layers): the prefix comes from model/'s family table, the count from the
+// config. DeepSeek-V4 keeps its MTP block apart (`mtp.*`), which no layer number reaches.
+struct LayerIndex {
+  std::string prefix;  // "model.layers.", "language_model.model.layers."; empty: unknown
+  int num_layers = 0;  // num_hidden_layers
+
+  // The layer number of `module`, or -1 when it is not in a numbered layer.
+  int of(std::string_view module) const {
+    if (prefix.empty() || module.substr(0, prefix.size()) != prefix) return -1;
+    size_t i = prefix.size();
+    int layer = 0;
+    for (; i < module.size() && module[i] >= '0' && module[i] <= '9'; ++i) {
+      if (layer > 1'000'000) return -1;
+      layer = layer * 10 + (module[i] - '0');
+    }
+    if (i == prefix.size() || (i < module.size() && module[i] != '.')) return -1;
+    return layer;
+  }
+  bool is_mtp(std::string_view module) const { return num_layers > 0 && of(module) >= num_layers; }
+};
+
+LayerIndex layer_index(const CheckpointDir& dir) {
+  LayerIndex index;
+  auto naming = model::find_moe_naming(dir, "convert converts by default");
+  if (!naming.ok()) return index;
+  const auto at = naming->expert_prefix.find("{L}");
+  if (at == std::string::npos) return index;
+  const nlohmann::json& c = language_config(dir.config());
+  const auto n = c.is_object() ? c.find("num_hidden_layers") : c.end();
+  if (!c.is_object() || n == c.end() || !n->is_number_integer()) return index;
+  index.prefix = naming->expert_prefix.substr(0, at);
+  index.num_layers = n->get<int>();
+  return index;
+}
+
+bool is_compressed_tensors(const nlohmann::json& config) {
+  return config.is_object() && config.contains("quantization_config") &&
+         config["quantization_config"].is_object() &&
+         config["quantization_config"].value("quant_method", "") == "compressed-tensors";
+}
+
+bool uses_modelopt_form(const CheckpointDir& dir);
+
 // The modules to convert: those matching the patterns, or by default the routed experts of the
 // checkpoint's family as model/'s table names them (model::find_moe_naming): one home per fact.
-// A checkpoint whose family or storage convert cannot handle gets one sentence naming it.
+// Where the output takes NVIDIA's plain ModelOpt form (every family but DeepSeek-V4), the default
+// is what NVIDIA's NVFP4 releases of those families quantize: every MLP linear of the main layers,
+// i.e. also the shared experts and the dense MLP of the first layers (nvidia/DeepSeek-V3.1-NVFP4,
+// GLM-5-NVFP4 and Kimi-K2.5-NVFP4 exclude only attention, lm_head and the MTP layer), named from
+// the same table row; the plain form could only call them unquantized (BF16), and DeepSeek-V4's
+// form keeps its shared experts FP8 as NVIDIA does. A compressed-tensors source is re-labeled
+// exactly, nothing quantized beside it. By default the MTP layers are left as they are (NVIDIA's
+// NVFP4 releases of DeepSeek-V3.1/V3.2 exclude `model.layers.61*`; DeepSeek-V4's `mtp.*` stays
+// MXFP4 the same way); --modules can name them. A checkpoint whose family or storage convert
+// cannot handle gets one sentence naming it.
 Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
                                          std::vector<std::string> patterns, TargetFormat to) {
+  LayerIndex skip_mtp;  // empty unless the patterns are the default ones
   if (patterns.empty()) {
     auto naming =
         model::find_moe_naming(dir, "convert converts by default; name them with --modules");
     if (!naming.ok()) return naming.error();
     patterns.push_back(model::routed_expert_glob(*naming));
+    skip_mtp = layer_index(dir);
+    if (to == TargetFormat::kNvfp4 && !is_compressed_tensors(dir.config()) &&
+        uses_modelopt_form(dir)) {
+      // "{P}layers.{L}.mlp.experts.{E}." -> shared "{P}layers.*.mlp.shared_experts.*", dense
+      // "{P}layers.*.mlp.gate_proj" (`*` crosses dots, but ".mlp.gate_proj" ends only a dense MLP).
+      if (!naming->shared_prefix.empty()) {
+        std::string glob = naming->shared_prefix;
+        if (const auto at = glob.find("{L}"); at != std::string::npos) glob.replace(at, 3, "*");
+        patterns.push_back(glob + "*");
+      }
+      const std::string experts = "experts.{E}.";
+      if (!naming->fused && ends_with(naming->expert_prefix, experts)) {
+        std::string mlp =
+            naming->expert_prefix.substr(0, naming->expert_prefix.size() - experts.size());
+        if (const auto at = mlp.find("{L}"); at != std::string::npos) mlp.replace(at, 3, "*");
+        for (const std::string* w : {&naming->gate, &naming->up, &naming->down}) {
+          patterns.push_back(mlp + *w);
+        }
+      }
+    }
     // A compressed-tensors checkpoint cannot be half compressed-tensors, half ModelOpt: every
     // compressed-tensors NVFP4 module is re-labeled (the shared experts too, where they are).
     for (const auto& t : dir.tensors()) {
@@ -261,6 +345,8 @@ Result<std::vector<Module>> find_modules(const CheckpointDir& dir,
       module = name.substr(0, name.rfind('.'));
       // A glob over a layer's attention or MLP also covers its norms: 1-D, not linears.
       if (!matches_any(module, patterns) || t.info->shape.size() < 2) continue;
+      // compressed-tensors modules are all re-labeled, the MTP layer's too (see above).
+      if (skip_mtp.is_mtp(module) && !ends_with(name, ".weight_packed")) continue;
       m = classify_module(dir, t, module, to);
     } else if (ends_with(name, "_blocks")) {
       module = name.substr(0, name.size() - 7);
@@ -493,16 +579,113 @@ nlohmann::json producer_of(Nvfp4Dialect dialect, bool calibrated) {
   return {{"name", "fp4moe"}, {"version", kVersion}, {"note", note}};
 }
 
-std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const CheckpointDir& dir,
-                                                                const std::vector<Module>& modules,
-                                                                Nvfp4Dialect dialect,
-                                                                const nlohmann::json& producer) {
+// The source's ModelOpt per-module declaration, `quantized_layers` (config.json's
+// quantization_config, else hf_quant_config.json's quantization): null when it has none.
+const nlohmann::json* source_quantized_layers(const CheckpointDir& dir) {
+  const nlohmann::json& c = language_config(dir.config());
+  for (const nlohmann::json* q :
+       {c.is_object() && c.contains("quantization_config") ? &c["quantization_config"] : nullptr,
+        dir.config().is_object() && dir.config().contains("quantization_config")
+            ? &dir.config()["quantization_config"]
+            : nullptr,
+        dir.hf_quant_config().is_object() && dir.hf_quant_config().contains("quantization")
+            ? &dir.hf_quant_config()["quantization"]
+            : nullptr}) {
+    if (q != nullptr && q->is_object() && q->contains("quantized_layers") &&
+        (*q)["quantized_layers"].is_object() && !(*q)["quantized_layers"].empty()) {
+      return &(*q)["quantized_layers"];
+    }
+  }
+  return nullptr;
+}
+
+// What an earlier quantization left in ModelOpt's storage (a `.weight_scale` beside the weight:
+// NVFP4 from NVIDIA or an earlier fp4moe convert, ModelOpt FP8) and this run does not touch: it
+// stays quantized in the output, so its declaration must stay too. `layers` gets, per module, the
+// source's quantized_layers entry that covers it (its key and value as they were), or for an
+// undeclared NVFP4 module (a plain-form source) its own container with NVFP4 (input_scale
+// present) or W4A16_NVFP4. Returns the modules kept.
+std::set<std::string> kept_modelopt_modules(const CheckpointDir& dir,
+                                            const std::vector<Module>& modules,
+                                            nlohmann::json& layers) {
+  std::set<std::string> converted, kept;
+  for (const auto& m : modules) converted.insert(m.name);
+  const nlohmann::json* declared = source_quantized_layers(dir);
+  for (const auto& t : dir.tensors()) {
+    const std::string& name = t.info->name;
+    if (!ends_with(name, ".weight") ||
+        dir.find(name.substr(0, name.size() - 7) + ".weight_scale") == nullptr) {
+      continue;
+    }
+    const std::string module = name.substr(0, name.size() - 7);
+    if (converted.count(module)) continue;
+    // ModelOpt's stored forms (formats/storage.h): NVFP4, FP8 per tensor or per channel.
+    const auto c = formats::classify_stored(module, lookup(dir));
+    if (!c.ok() || c->weight != name) continue;
+    const auto form = c->row->form;
+    const bool nvfp4 = form == formats::StoredForm::kNvfp4ModelOpt;
+    if (!nvfp4 && form != formats::StoredForm::kFp8Tensor &&
+        form != formats::StoredForm::kFp8Channel) {
+      continue;
+    }
+    // The entry covering it: its own name or that of a container of it ("layers.3.ffn.experts").
+    bool found = false;
+    for (size_t end = module.size(); declared != nullptr && end != std::string::npos && !found;
+         end = end == 0 ? std::string::npos : module.rfind('.', end - 1)) {
+      const std::string key = module.substr(0, end);
+      if (auto it = declared->find(key); it != declared->end()) {
+        layers[key] = *it;
+        found = true;
+      }
+    }
+    if (!found && !nvfp4) continue;  // not declared and not NVFP4: judged by the caller
+    if (!found) {
+      const bool w4a4 = !c->input_scale.empty();
+      layers[container_of(module)] = {
+          {"quant_algo",
+           std::string(dialect_name(w4a4 ? Nvfp4Dialect::kW4A4 : Nvfp4Dialect::kW4A16))},
+          {"group_size", 16}};
+    }
+    kept.insert(module);
+  }
+  return kept;
+}
+
+// The quantized_layers of the output: what stays quantized from before (kept_modelopt_modules),
+// then each converted module's container. A key that would declare two algorithms (a container
+// half converted now, half quantized before in another dialect) cannot be written: one sentence.
+Result<nlohmann::json> output_quantized_layers(const CheckpointDir& dir,
+                                               const std::vector<Module>& modules,
+                                               const std::string& algo,
+                                               std::set<std::string>* kept) {
+  nlohmann::json layers = nlohmann::json::object();
+  auto before = kept_modelopt_modules(dir, modules, layers);
+  const nlohmann::json entry = {{"quant_algo", algo}, {"group_size", 16}};
+  for (const auto& m : modules) {
+    const std::string key = container_of(m.name);
+    if (layers.contains(key) && layers[key].is_object() &&
+        layers[key].value("quant_algo", algo) != algo) {
+      return Error{dir.path().string() + ": '" + key + "' is declared " +
+                   layers[key].value("quant_algo", "") + " in the source and module '" + m.name +
+                   "' of it would be written " + algo +
+                   "; convert with the --dialect of the modules already there"};
+    }
+    layers[key] = entry;
+  }
+  if (kept != nullptr) *kept = std::move(before);
+  return layers;
+}
+
+Result<std::pair<nlohmann::json, nlohmann::json>> rewrite_nvfp4_configs(
+    const CheckpointDir& dir, const std::vector<Module>& modules, Nvfp4Dialect dialect,
+    const nlohmann::json& producer) {
   const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
   const std::string algo(dialect_name(dialect));
-  nlohmann::json layers = nlohmann::json::object();
-  for (const auto& m : modules) {
-    layers[container_of(m.name)] = {{"quant_algo", algo}, {"group_size", 16}};
-  }
+  // A re-convert (NVIDIA's NVFP4 routed experts, converted again with the MTP experts) keeps the
+  // entries of what was quantized before: a module left out of quantized_layers would be read as
+  // the FP8 base.
+  auto layers = output_quantized_layers(dir, modules, algo, nullptr);
+  if (!layers.ok()) return layers.error();
   nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
   nlohmann::json qc =
       config.contains("quantization_config") && config["quantization_config"].is_object()
@@ -521,7 +704,7 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const Checkpoint
   qc["group_size"] = 16;
   qc["kv_cache_quant_algo"] = nullptr;
   qc["producer"] = producer;
-  qc["quantized_layers"] = layers;
+  qc["quantized_layers"] = *layers;
   qc["config_groups"] = {
       {"group_0",
        {{"targets", {"Linear"}},
@@ -549,25 +732,28 @@ std::pair<nlohmann::json, nlohmann::json> rewrite_nvfp4_configs(const Checkpoint
                                {"kv_cache_quant_algo", nullptr},
                                {"group_size", 16},
                                {"exclude_modules", ignore},
-                               {"quantized_layers", layers}}}};
-  return {config, hf_quant};
+                               {"quantized_layers", *layers}}}};
+  return std::pair{config, hf_quant};
 }
 
-// Model families whose NVFP4 checkpoints NVIDIA publishes in ModelOpt's plain `NVFP4` form
-// (nvidia/Qwen3-235B-A22B-NVFP4, nvidia/MiniMax-M2.5-NVFP4; ModelOpt's export of gpt-oss): one
-// `quant_algo` for every quantized linear, everything else listed in `exclude_modules` / `ignore`.
-// A compressed-tensors source is written in this form too: its own config describes tensors the
-// output no longer has.
-bool uses_modelopt_form(const nlohmann::json& config) {
-  const nlohmann::json& c = config.contains("text_config") && config["text_config"].is_object() &&
-                                    !config.contains("hidden_size")
-                                ? config["text_config"]
-                                : config;
-  const std::string type = c.is_object() ? c.value("model_type", "") : "";
-  const bool ct = config.is_object() && config.contains("quantization_config") &&
-                  config["quantization_config"].is_object() &&
-                  config["quantization_config"].value("quant_method", "") == "compressed-tensors";
-  return ct || type == "qwen3_moe" || type == "minimax_m2" || type == "gpt_oss";
+// Which config form the NVFP4 output gets, by the family model/'s table names (the one home of
+// family facts, model::find_moe_naming): NVIDIA publishes DeepSeek-V4 in its own mixed form
+// (nvidia/DeepSeek-V4-Flash-NVFP4: the FP8 base kept, the experts named by `moe_quant_algo`,
+// which the DeepSeek-V4 paths of SGLang and vLLM read), and every other family in ModelOpt's plain
+// `NVFP4` form: the DeepSeek-V3 names (nvidia/DeepSeek-V3.1-NVFP4, DeepSeek-V3.2-NVFP4,
+// GLM-5-NVFP4, Kimi-K2.5-NVFP4), Qwen3-MoE (nvidia/Qwen3-235B-A22B-NVFP4), MiniMax-M2
+// (nvidia/MiniMax-M2.5-NVFP4) and gpt-oss (ModelOpt's export). A DeepSeek-V3 loader never reads
+// DeepSeek-V4's `moe_quant_algo`. A compressed-tensors source is written in the plain form too:
+// its own config describes tensors the output no longer has. Where the table knows no naming
+// (modules named with --modules in another family), only model_type deepseek_v4 keeps its form.
+bool uses_modelopt_form(const CheckpointDir& dir) {
+  const nlohmann::json& config = dir.config();
+  if (is_compressed_tensors(config)) return true;
+  if (auto naming = model::find_moe_naming(dir, "convert converts"); naming.ok()) {
+    return naming->family != "deepseek_v4";
+  }
+  const nlohmann::json& c = language_config(config);
+  return !c.is_object() || c.value("model_type", "") != "deepseek_v4";
 }
 
 bool is_float_dtype(DType d) { return d == DType::BF16 || d == DType::F16 || d == DType::F32; }
@@ -593,18 +779,23 @@ std::vector<Module> fp8_modules_left(const CheckpointDir& dir, const std::vector
 
 // NVIDIA's exclusion list for the modules left as they are: every linear that is not converted,
 // a layer's attention as one `<prefix>layers.L.self_attn*` entry (how NVIDIA writes it, and what
-// covers the engines' fused qkv names), the rest by name; embeddings are not linears. A module
-// left quantized cannot be declared unquantized: one sentence names it.
+// covers the engines' fused qkv names), an MTP layer none of whose modules is converted as one
+// `<prefix>layers.L*` entry (nvidia/DeepSeek-V3.1-NVFP4's `model.layers.61*`), the rest by name;
+// embeddings are not linears. Modules quantized before in ModelOpt's storage (`kept`) stay
+// quantized and are declared, not excluded. Any other module left quantized cannot be declared
+// unquantized: one sentence names it.
 Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
                                            const std::vector<Module>& modules,
-                                           const std::vector<Module>& to_bf16) {
-  const nlohmann::json& config = dir.config();
-  const bool compressed_tensors =
-      config.is_object() && config.contains("quantization_config") &&
-      config["quantization_config"].is_object() &&
-      config["quantization_config"].value("quant_method", "") == "compressed-tensors";
+                                           const std::vector<Module>& to_bf16,
+                                           const std::set<std::string>& kept) {
+  const bool compressed_tensors = is_compressed_tensors(dir.config());
+  const LayerIndex layers = layer_index(dir);
   std::set<std::string> converted, bf16, out;
-  for (const auto& m : modules) converted.insert(m.name);
+  std::set<int> mtp_converted;  // MTP layers with a converted module: listed module by module
+  for (const auto& m : modules) {
+    converted.insert(m.name);
+    if (layers.is_mtp(m.name)) mtp_converted.insert(layers.of(m.name));
+  }
   for (const auto& m : to_bf16) bf16.insert(m.name);
   for (const auto& t : dir.tensors()) {
     const std::string& name = t.info->name;
@@ -616,7 +807,7 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
     } else {
       continue;
     }
-    if (converted.count(module)) continue;
+    if (converted.count(module) || kept.count(module)) continue;
     const bool quantized =
         !bf16.count(module) && (!is_float_dtype(t.info->dtype) || ends_with(name, "_blocks") ||
                                 dir.find(module + ".weight_scale") != nullptr ||
@@ -636,7 +827,12 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
                    "the output would be read wrongly; convert it too with --modules, or serve "
                    "the source as it is"};
     }
-    if (t.info->shape.size() != 2 || module.find("embed") != std::string::npos) continue;
+    if (t.info->shape.size() != 2) continue;
+    if (layers.is_mtp(module) && !mtp_converted.count(layers.of(module))) {
+      out.insert(layers.prefix + std::to_string(layers.of(module)) + "*");
+      continue;
+    }
+    if (module.find("embed") != std::string::npos) continue;
     const auto attn = module.find(".self_attn.");
     out.insert(attn == std::string::npos ? module : module.substr(0, attn) + ".self_attn*");
   }
@@ -644,36 +840,56 @@ Result<nlohmann::json> modelopt_exclusions(const CheckpointDir& dir,
 }
 
 // config.json and hf_quant_config.json in ModelOpt's plain form, as nvidia/MiniMax-M2.5-NVFP4
-// writes them (tests/data/corpus): `quant_method: modelopt`, one `quant_algo`, `ignore` /
-// `exclude_modules` from modelopt_exclusions; the source's own quantization_config (FP8 blocks,
-// gpt-oss's mxfp4, compressed-tensors) is replaced, since its tensors are gone.
+// and nvidia/Kimi-K2.5-NVFP4 write them (tests/data/corpus): `quant_method: modelopt`, one
+// `quant_algo`, `ignore` / `exclude_modules` from modelopt_exclusions; the source's own
+// quantization_config (FP8 blocks, gpt-oss's mxfp4, compressed-tensors) is replaced, since its
+// tensors are gone. Where modules quantized before stay (a re-convert) and one `quant_algo` cannot
+// declare them all (the source has quantized_layers, or they are in the other dialect), it is
+// ModelOpt's MIXED_PRECISION form instead: `quantized_layers` with the earlier entries kept.
 Result<std::pair<nlohmann::json, nlohmann::json>> rewrite_modelopt_configs(
     const CheckpointDir& dir, const std::vector<Module>& modules,
     const std::vector<Module>& to_bf16, Nvfp4Dialect dialect, const nlohmann::json& producer) {
-  auto exclude = modelopt_exclusions(dir, modules, to_bf16);
-  if (!exclude.ok()) return exclude.error();
   const bool w4a4 = dialect == Nvfp4Dialect::kW4A4;
   const std::string algo(dialect_name(dialect));
+  std::set<std::string> kept;
+  auto layers = output_quantized_layers(dir, modules, algo, &kept);
+  if (!layers.ok()) return layers.error();
+  bool mixed = !kept.empty() && source_quantized_layers(dir) != nullptr;
+  for (const auto& [key, entry] : layers->items()) {
+    mixed = mixed || !entry.is_object() || entry.value("quant_algo", "") != algo;
+  }
+  auto exclude = modelopt_exclusions(dir, modules, to_bf16, kept);
+  if (!exclude.ok()) return exclude.error();
   const nlohmann::json fp4 = {
       {"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}};
   nlohmann::json config = dir.config().is_object() ? dir.config() : nlohmann::json::object();
-  config["quantization_config"] = {{"config_groups",
-                                    {{"group_0",
-                                      {{"input_activations", w4a4 ? fp4 : nlohmann::json(nullptr)},
-                                       {"weights", fp4},
-                                       {"targets", {"Linear"}}}}}},
-                                   {"quant_algo", algo},
-                                   // The KV cache is not quantized: said where engines look first.
-                                   {"kv_cache_scheme", nullptr},
-                                   {"producer", producer},
-                                   {"quant_method", "modelopt"},
-                                   {"ignore", *exclude}};
-  nlohmann::json hf_quant = {{"producer", producer},
-                             {"quantization",
-                              {{"quant_algo", algo},
-                               {"kv_cache_quant_algo", nullptr},
-                               {"group_size", 16},
-                               {"exclude_modules", *exclude}}}};
+  nlohmann::json qc = {{"config_groups",
+                        {{"group_0",
+                          {{"input_activations", w4a4 ? fp4 : nlohmann::json(nullptr)},
+                           {"weights", fp4},
+                           {"targets", {"Linear"}}}}}},
+                       {"quant_algo", algo},
+                       // The KV cache is not quantized: said where engines look first.
+                       {"kv_cache_scheme", nullptr},
+                       {"producer", producer},
+                       {"quant_method", "modelopt"},
+                       {"ignore", *exclude}};
+  nlohmann::json hf = {{"quant_algo", algo},
+                       {"kv_cache_quant_algo", nullptr},
+                       {"group_size", 16},
+                       {"exclude_modules", *exclude}};
+  if (mixed) {
+    qc.erase("config_groups");
+    qc["quant_algo"] = hf["quant_algo"] = "MIXED_PRECISION";
+    qc["quantized_layers"] = hf["quantized_layers"] = *layers;
+  }
+  // A VLM wrapper (Kimi-K2.5) keeps it at the top, as nvidia/Kimi-K2.5-NVFP4 does; a
+  // quantization_config of its text_config describes the source's tensors and goes.
+  if (config.contains("text_config") && config["text_config"].is_object()) {
+    config["text_config"].erase("quantization_config");
+  }
+  config["quantization_config"] = qc;
+  nlohmann::json hf_quant = {{"producer", producer}, {"quantization", hf}};
   return std::pair{config, hf_quant};
 }
 
@@ -912,14 +1128,15 @@ Result<ConvertSummary> convert_checkpoint(const fs::path& source, const fs::path
   if (to_nvfp4) {
     const nlohmann::json producer =
         producer_of(options.dialect, summary.input_scales_calibrated > 0);
-    if (uses_modelopt_form(dir->config())) {
+    if (uses_modelopt_form(*dir)) {
       to_bf16 = fp8_modules_left(*dir, modules);
       auto configs = rewrite_modelopt_configs(*dir, modules, to_bf16, options.dialect, producer);
       if (!configs.ok()) return configs.error();
       std::tie(summary.config, summary.hf_quant_config) = std::move(*configs);
     } else {
-      std::tie(summary.config, summary.hf_quant_config) =
-          rewrite_nvfp4_configs(*dir, modules, options.dialect, producer);
+      auto configs = rewrite_nvfp4_configs(*dir, modules, options.dialect, producer);
+      if (!configs.ok()) return configs.error();
+      std::tie(summary.config, summary.hf_quant_config) = std::move(*configs);
     }
     writer_options.files["hf_quant_config.json"] = summary.hf_quant_config.dump(2) + "\n";
   } else {

@@ -61,9 +61,11 @@ struct ConvertOptions {
   // kW4A4 only: every converted module must match one entry; empty: the default amax for all.
   std::vector<ActivationAmax> activation_amax;
   // fnmatch globs over module names; empty: the routed experts of the main layers as model/'s
-  // family table names them for this checkpoint (model::find_moe_naming), plus every
-  // compressed-tensors NVFP4 module of a compressed-tensors source. MTP/draft layers (`mtp.*`)
-  // are left out, as NVIDIA's DeepSeek-V4 NVFP4 checkpoint leaves them MXFP4.
+  // family table names them for this checkpoint (model::find_moe_naming), and for NVFP4 in the
+  // plain ModelOpt form (every family but DeepSeek-V4) also the shared experts and the dense MLP,
+  // as NVIDIA's NVFP4 releases of those families; plus every compressed-tensors NVFP4 module of a
+  // compressed-tensors source. MTP/draft layers (`mtp.*`, DeepSeek-V3's layers from
+  // num_hidden_layers on) are left out, as NVIDIA's NVFP4 checkpoints leave them.
   std::vector<std::string> module_patterns;
   // Replace an existing destination: it must be a checkpoint directory (config.json or
   // *.safetensors) or empty, and it is swapped out atomically only after the new one is complete

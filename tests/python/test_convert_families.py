@@ -434,6 +434,89 @@ def test_compressed_tensors_with_fp8_blocks_is_refused_in_one_sentence(tmp_path,
 
 # ---- DeepSeek-V3 names (Kimi-K2, GLM-5) and DeepSeek-V4 by default -----------------------------
 
+def fnmatch_any(name, patterns):
+    from fnmatch import fnmatchcase
+    return any(fnmatchcase(name, p) for p in patterns)
+
+
+def language(config):
+    return config["text_config"] if "text_config" in config and "hidden_size" not in config else config
+
+
+def assert_nvidia_v3_form(src, dst, nvidia, dialect="nvfp4", prefix=""):
+    """The output's configs key by key against NVIDIA's NVFP4 release of the family
+    (tests/data/corpus): ModelOpt's plain NVFP4 form, not DeepSeek-V4's (no quant_method fp8,
+    MIXED_PRECISION or moe_quant_algo, which DeepSeek-V3 loaders never read); exclusions that cover
+    attention, the MTP layer and lm_head as NVIDIA spells them; nothing left FP8; the MTP layer
+    not converted; inspect and check of the output warn of nothing it caused."""
+    algo = {"nvfp4": "NVFP4", "w4a16_nvfp4": "W4A16_NVFP4"}[dialect]
+    src_config = json.loads((src / "config.json").read_text())
+    config = json.loads((dst / "config.json").read_text())
+    ours = json.loads((dst / "hf_quant_config.json").read_text())["quantization"]
+    qc = config["quantization_config"]
+    theirs_config = json.loads((CORPUS / nvidia / "config.json").read_text())
+    if (CORPUS / nvidia / "hf_quant_config.json").exists():
+        theirs = json.loads((CORPUS / nvidia / "hf_quant_config.json").read_text())["quantization"]
+        theirs_exclude = theirs["exclude_modules"]
+    else:  # nvidia/Kimi-K2.5-NVFP4: config.json only
+        theirs = theirs_config["quantization_config"]
+        theirs_exclude = theirs["ignore"]
+        assert qc["quant_method"] == theirs["quant_method"] == "modelopt", qc
+        if dialect == "nvfp4":
+            assert qc["config_groups"] == theirs["config_groups"], qc["config_groups"]
+        assert "quantization_config" not in config.get("text_config", {}), config["text_config"]
+    # The keys NVIDIA writes, with NVIDIA's values where the output is the same thing.
+    assert set(ours) == {"quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"}, ours
+    assert ours["quant_algo"] == algo and theirs["quant_algo"] == "NVFP4", (ours, theirs)
+    assert ours["group_size"] == theirs.get("group_size", 16) == 16
+    assert ours["kv_cache_quant_algo"] is None  # the KV cache is not quantized by convert
+    assert qc["quant_method"] == "modelopt" and qc["quant_algo"] == algo, qc
+    assert qc["ignore"] == ours["exclude_modules"], qc
+    for key in ("moe_quant_algo", "quantized_layers", "weight_block_size", "scale_fmt"):
+        assert key not in qc and key not in ours, key
+    exclude = ours["exclude_modules"]
+    # lm_head, attention (one `self_attn*` entry per layer), the MTP layer (`model.layers.N*`).
+    theirs_prefix = "language_model." if "text_config" in theirs_config else ""
+    assert f"{theirs_prefix}lm_head" in theirs_exclude
+    src_names = set(tensors(src))
+    if f"{prefix}lm_head.weight" in src_names:
+        assert f"{prefix}lm_head" in exclude, exclude
+    n = language(src_config)["num_hidden_layers"]
+    their_n = language(theirs_config)["num_hidden_layers"]
+    if language(theirs_config).get("num_nextn_predict_layers"):
+        assert f"model.layers.{their_n}*" in theirs_exclude, theirs_exclude
+    if any(x.startswith(f"{prefix}model.layers.{n}.") for x in src_names):
+        assert f"{prefix}model.layers.{n}*" in exclude, exclude
+    assert fnmatch_any(f"{theirs_prefix}model.layers.0.self_attn.kv_b_proj", theirs_exclude)
+    o = tensors(dst)
+    for name, x in o.items():
+        module = name[: -len(".weight")]
+        if ".self_attn." in name and name.endswith(".weight") and x.ndim == 2:
+            assert fnmatch_any(module, exclude), (module, exclude)
+            layer = module.split(".self_attn.")[0]
+            assert f"{layer}.self_attn*" in exclude or f"{layer}*" in exclude, exclude
+        # Nothing left FP8: E4M3 only as NVFP4 block scales, no FP8 block scales at all.
+        assert x.dtype != ml_dtypes.float8_e4m3fn or name.endswith(".weight_scale"), name
+        assert not name.endswith(".weight_scale_inv"), name
+        # Every NVFP4 module is declared (not excluded), every other linear excluded.
+        if name.endswith(".weight") and x.ndim == 2 and "embed" not in name:
+            assert fnmatch_any(module, exclude) == (module + ".weight_scale" not in o), module
+    # The MTP layer's routed experts stay as they are (BF16 now, FP8 before), as NVIDIA leaves them.
+    mtp_expert = f"{prefix}model.layers.{n}.mlp.experts.0.gate_proj.weight"
+    if mtp_expert in src_names:
+        assert o[mtp_expert].dtype == ml_dtypes.bfloat16, o[mtp_expert].dtype
+        assert mtp_expert[:-7] + ".weight_scale" not in o
+    # inspect and check of the output: no warning the output caused (the flagged default
+    # input_scale of the nvfp4 dialect is documented; holes of the synthetic source stay holes).
+    manifest = json.loads(ok("inspect", dst, "--json").stdout)
+    warned = [f for f in manifest["findings"] if f["severity"] != "info"]
+    assert not warned, warned
+    report = json.loads(run("check", dst, "--json").stdout)
+    source_ids = {f["id"] for f in json.loads(run("check", src, "--json").stdout)["findings"]}
+    allowed = (source_ids & {"all_zero_tensor"}) | ({"input_scale_default"} if dialect == "nvfp4" else set())
+    assert {f["id"] for f in report["findings"]} <= allowed, report["findings"]
+
+
 @pytest.mark.parametrize("layout,lossless", [("dsv3-fp8", False), ("dsv4-mxfp4", True)])
 def test_deepseek_family_defaults(tmp_path, synth_dir, layout, lossless):
     src = synth_dir(layout)
@@ -455,6 +538,7 @@ def test_deepseek_family_defaults(tmp_path, synth_dir, layout, lossless):
         exact = dequant_fp8_block(t[m + ".weight"], t[m + ".weight_scale_inv"])
         back = dequant_nvfp4(o[m + ".weight"], o[m + ".weight_scale"], o[m + ".weight_scale_2"])
         assert np.linalg.norm(back - exact) / np.linalg.norm(exact) < QUANTIZE_REL_L2_BOUND
+        assert_nvidia_v3_form(src, dst, "nvidia__DeepSeek-V3.1-NVFP4")
     check_output(dst)
 
 
@@ -478,20 +562,131 @@ def test_an_unknown_family_is_named_in_one_sentence(tmp_path):
     assert not (tmp_path / "nv").exists()
 
 
-@pytest.mark.parametrize("corpus_dir", ["zai-org__GLM-5-FP8", "moonshotai__Kimi-K2-Instruct"])
-def test_kimi_and_glm_convert_through_the_v3_names(tmp_path, rng, corpus_dir):
+V3_FP8_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                 "weight_block_size": [128, 128]}
+
+
+@pytest.mark.parametrize("corpus_dir,nvidia,prefix", [
+    ("zai-org__GLM-5-FP8", "nvidia__GLM-5-NVFP4", ""),
+    ("moonshotai__Kimi-K2-Instruct", "nvidia__Kimi-K2.5-NVFP4", ""),
+    # Kimi-K2.5's VLM wrapper (text_config, language_model.), its experts in FP8 blocks here.
+    ("moonshotai__Kimi-K2.5", "nvidia__Kimi-K2.5-NVFP4", "language_model."),
+])
+def test_kimi_and_glm_convert_through_the_v3_names(tmp_path, rng, corpus_dir, nvidia, prefix):
     """GLM-5 and Kimi-K2 (real configs, FP8 block-128 tensors in DeepSeek-V3's names, written by
-    test_verify_cli.make_v3_family): the routed experts by default, by the ModelOpt recipe."""
+    test_verify_cli.make_v3_family): the routed experts by default, by the ModelOpt recipe, in
+    NVIDIA's plain ModelOpt form of the family (nvidia/GLM-5-NVFP4, nvidia/Kimi-K2.5-NVFP4)."""
     from test_verify_cli import make_v3_family
-    make_v3_family(tmp_path / "src", rng, corpus_dir, "fp8_block")
+    text = make_v3_family(tmp_path / "src", rng, corpus_dir, "fp8_block", prefix)
+    if prefix:  # the INT4 compressed-tensors release's declaration, made FP8 blocks
+        config = json.loads((tmp_path / "src" / "config.json").read_text())
+        config["text_config"]["quantization_config"] = V3_FP8_CONFIG
+        (tmp_path / "src" / "config.json").write_text(json.dumps(config))
     report = convert(tmp_path / "src", tmp_path / "nv")
-    assert report["modules_quantized"] == report["modules_converted"] == 16 * 3, report
+    # The routed experts and, as NVIDIA's releases of the family, the shared expert.
+    assert report["modules_quantized"] == report["modules_converted"] == 16 * 3 + 3, report
     t, o = tensors(tmp_path / "src"), tensors(tmp_path / "nv")
-    m = "model.layers.1.mlp.experts.3.down_proj"
-    exact = dequant_fp8_block(t[m + ".weight"], t[m + ".weight_scale_inv"])
-    packed, scales, ts = oracle_nvfp4(exact, F32(np.abs(exact).max()) / F32(6.0 * 448.0))
-    assert o[m + ".weight_scale_2"] == ts and np.array_equal(o[m + ".weight"], packed)
-    assert np.array_equal(o[m + ".weight_scale"].view(np.uint8), scales)
-    shared = "model.layers.1.mlp.shared_experts.down_proj"
-    assert np.array_equal(o[shared + ".weight"].view(np.uint8), t[shared + ".weight"].view(np.uint8))
+    for m in (f"{prefix}model.layers.1.mlp.experts.3.down_proj",
+              f"{prefix}model.layers.1.mlp.shared_experts.down_proj"):
+        exact = dequant_fp8_block(t[m + ".weight"], t[m + ".weight_scale_inv"])
+        packed, scales, ts = oracle_nvfp4(exact, F32(np.abs(exact).max()) / F32(6.0 * 448.0))
+        assert o[m + ".weight_scale_2"] == ts and np.array_equal(o[m + ".weight"], packed)
+        assert np.array_equal(o[m + ".weight_scale"].view(np.uint8), scales)
+    assert_nvidia_v3_form(tmp_path / "src", tmp_path / "nv", nvidia, prefix=prefix)
     check_output(tmp_path / "nv", tokens=5)
+
+
+# ---- The MTP layer, and converting a converted checkpoint again --------------------------------
+
+def test_v3_mtp_layer_is_converted_only_when_named(tmp_path, synth_dir):
+    """The MTP layer (model.layers.{num_hidden_layers}) is left out by default, as NVIDIA's
+    DeepSeek-V3.1-NVFP4 leaves `model.layers.61*`; --modules names it, and then the exclusions list
+    what is left of that layer module by module instead of excluding the whole layer."""
+    src = synth_dir("dsv3-fp8")
+    n = json.loads((src / "config.json").read_text())["num_hidden_layers"]
+    dst = tmp_path / "nv"
+    report = convert(src, dst, "--modules", "model.layers.*.mlp.experts.*")
+    o = tensors(dst)
+    mtp = f"model.layers.{n}.mlp.experts.0.gate_proj"
+    assert o[mtp + ".weight"].dtype == np.uint8 and mtp + ".weight_scale" in o
+    assert report["modules_converted"] == 2 * 8 * 3, report  # layer 1 and the MTP layer
+    exclude = json.loads((dst / "hf_quant_config.json").read_text())["quantization"]["exclude_modules"]
+    assert f"model.layers.{n}*" not in exclude and f"model.layers.{n}.self_attn*" in exclude, exclude
+    assert f"model.layers.{n}.mlp.shared_experts.gate_proj" in exclude, exclude  # BF16 now
+    for name in o:
+        if name.endswith(".weight_scale"):
+            assert not fnmatch_any(name[: -len(".weight_scale")], exclude), name
+    manifest = json.loads(ok("inspect", dst, "--json").stdout)
+    assert manifest["summary"]["mtp_experts"] == "nvfp4", manifest["summary"]
+    assert not [f for f in manifest["findings"] if f["severity"] != "info"], manifest["findings"]
+    assert run("check", dst).returncode == 0
+
+
+def quantized_layers(d):
+    """quantized_layers of config.json and hf_quant_config.json, which must agree."""
+    qc = json.loads((d / "config.json").read_text())["quantization_config"]
+    hf = json.loads((d / "hf_quant_config.json").read_text())["quantization"]
+    assert qc.get("quantized_layers") == hf.get("quantized_layers"), (qc, hf)
+    assert qc["quant_algo"] == hf["quant_algo"], (qc, hf)
+    return qc["quant_algo"], qc.get("quantized_layers"), hf["exclude_modules"]
+
+
+def test_reconvert_keeps_the_earlier_quantized_layers_deepseek_v4(tmp_path, synth_dir):
+    """NVIDIA's DeepSeek-V4-Flash-NVFP4 layout (routed experts NVFP4, MTP experts MXFP4) converted
+    again with the MTP experts: the routed experts' quantized_layers entries stay (without them
+    the engines would read those NVFP4 experts as the FP8 base) beside the new MTP entry."""
+    src = synth_dir("dsv4-nvfp4")
+    before = json.loads((src / "config.json").read_text())["quantization_config"]["quantized_layers"]
+    assert before
+    dst = tmp_path / "nv"
+    convert(src, dst, "--modules", "mtp.*.ffn.experts.*")
+    algo, layers, exclude = quantized_layers(dst)
+    assert algo == "MIXED_PRECISION"
+    for key, entry in before.items():
+        assert layers.get(key) == entry, (key, layers)
+    assert layers["mtp.0.ffn.experts"] == {"quant_algo": "NVFP4", "group_size": 16}, layers
+    assert "mtp.*" not in exclude, exclude
+    manifest = json.loads(ok("inspect", dst, "--json").stdout)
+    assert manifest["summary"]["routed_experts"] == manifest["summary"]["mtp_experts"] == "nvfp4"
+    assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
+    assert run("check", dst).returncode == 0
+
+
+def test_reconvert_keeps_the_earlier_quantized_layers_plain_form(tmp_path, rng):
+    """A DeepSeek-V3-family checkpoint converted in steps: the modules quantized by an earlier run
+    stay declared. In one dialect the plain form declares them all; where the dialects differ it
+    is ModelOpt's MIXED_PRECISION form, and a source that already has quantized_layers keeps its
+    entries."""
+    from test_verify_cli import make_v3_family
+    make_v3_family(tmp_path / "src", rng, "moonshotai__Kimi-K2-Instruct", "fp8_block")
+    shared = "model.layers.1.mlp.shared_experts."
+    first = tmp_path / "first"  # routed experts, weight-only
+    convert(tmp_path / "src", first, "--modules", "model.layers.*.mlp.experts.*",
+            "--dialect", "w4a16_nvfp4")
+    algo, layers, exclude = quantized_layers(first)
+    assert (algo, layers) == ("W4A16_NVFP4", None) and shared + "down_proj" in exclude, exclude
+    # The same dialect again: still the plain form, the routed experts declared, not excluded.
+    plain = tmp_path / "plain"
+    convert(first, plain, "--modules", shared + "*", "--dialect", "w4a16_nvfp4")
+    algo, layers, exclude = quantized_layers(plain)
+    assert (algo, layers) == ("W4A16_NVFP4", None), (algo, layers)
+    assert exclude == ["model.layers.1.mlp.gate"], exclude
+    check_output(plain, tokens=5)
+    # The other dialect for the shared gate/up: MIXED_PRECISION, the earlier modules declared.
+    second = tmp_path / "second"
+    convert(first, second, "--modules", shared + "gate_proj", shared + "up_proj")
+    algo, layers, exclude = quantized_layers(second)
+    w4a16, nvfp4 = ({"quant_algo": a, "group_size": 16} for a in ("W4A16_NVFP4", "NVFP4"))
+    assert algo == "MIXED_PRECISION"
+    assert layers == {"model.layers.1.mlp.experts": w4a16, shared + "gate_proj": nvfp4,
+                      shared + "up_proj": nvfp4}, layers
+    assert shared + "down_proj" in exclude and not [x for x in exclude if ".experts" in x], exclude
+    manifest = json.loads(ok("inspect", second, "--json").stdout)
+    assert not [f for f in manifest["findings"] if f["severity"] == "error"], manifest["findings"]
+    # A source with quantized_layers: its entries stay beside the new one.
+    third = tmp_path / "third"
+    convert(second, third, "--modules", shared + "down_proj")
+    algo, layers3, exclude = quantized_layers(third)
+    assert algo == "MIXED_PRECISION" and layers3 == {**layers, shared + "down_proj": nvfp4}, layers3
+    assert exclude == ["model.layers.1.mlp.gate"], exclude
+    check_output(third, tokens=5)

@@ -31,13 +31,10 @@ CORPUS = ROOT / "tests" / "data" / "corpus"
 # or in a naming convert does not take yet: convert must refuse them cleanly (exit 2, nothing
 # written), and if it ever converts one, its output is held to the same standard below.
 CONVERTS = {"dsv4-mxfp4", "dsv3-fp8", "bf16"}
-# The real release each conversion's form copies (docs/CONVERT.md: NVIDIA's DeepSeek-V4 form).
-CONVERT_FORM = {"dsv4-mxfp4": "nvidia__DeepSeek-V4-Flash-NVFP4"}
-# Known convert bugs (src/convert, reported): a DeepSeek-V3 source gets DeepSeek-V4's declaration
-# (quant_method fp8 + moe_quant_algo, which V3 loaders never read) and an hf_quant_config.json
-# that leaves the FP8 attention, shared experts and dense MLP undeclared (TensorRT-LLM reads them
-# as BF16: config_sources_disagree).
-CONVERT_BUGS = {"dsv3-fp8": "convert writes DeepSeek-V4's declaration for a DeepSeek-V3 source"}
+# The real release each conversion's form copies (docs/CONVERT.md): NVIDIA's DeepSeek-V4 form for
+# DeepSeek-V4, NVIDIA's plain ModelOpt NVFP4 form for the DeepSeek-V3 family.
+CONVERT_FORM = {"dsv4-mxfp4": "nvidia__DeepSeek-V4-Flash-NVFP4",
+                "dsv3-fp8": "nvidia__DeepSeek-V3.1-NVFP4"}
 DIALECTS = ("nvfp4", "w4a16_nvfp4")
 
 
@@ -104,9 +101,7 @@ def test_synth_output_warns_only_what_its_real_configs_warn(layout, made):
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("layout", synth_layouts())
-def test_convert_output_warns_only_what_is_documented(layout, dialect, made, request):
-    if layout in CONVERT_BUGS:
-        request.applymarker(pytest.mark.xfail(reason=CONVERT_BUGS[layout], strict=True))
+def test_convert_output_warns_only_what_is_documented(layout, dialect, made):
     out = made(layout, dialect)
     if out is None:
         pytest.skip(f"convert does not take {layout} (refused with exit status 2)")
