@@ -541,6 +541,29 @@ void edit_qwen3_config(json& c, const Counts& n) {
   cap_key(c, "num_experts_per_tok", n.experts);
 }
 
+// Grouped-query attention in Hugging Face names, shared by Qwen3-MoE and MiniMax-M2:
+// `<pre>self_attn.{q,k,v,o}_proj`, each written by `linear` (name, rows, cols) in that order, and
+// with `kv_scales` (NVIDIA's exports, kv_cache_quant_algo FP8) the calibrated k_scale / v_scale
+// that ModelOpt stores after them. The norms, which differ between the families, are the caller's.
+struct AttentionDims {
+  int64_t hidden, heads, kv_heads, head_dim;
+};
+
+template <class Linear>
+void gqa_attention(Plan& p, const std::string& pre, const AttentionDims& d, bool kv_scales,
+                   Linear&& linear) {
+  for (const auto& [m, rows, cols] : {std::tuple{"q_proj", d.heads * d.head_dim, d.hidden},
+                                      {"k_proj", d.kv_heads * d.head_dim, d.hidden},
+                                      {"v_proj", d.kv_heads * d.head_dim, d.hidden},
+                                      {"o_proj", d.hidden, d.heads * d.head_dim}}) {
+    linear(pre + "self_attn." + m, rows, cols);
+  }
+  if (kv_scales) {
+    p.scalar_f32(pre + "self_attn.k_proj.k_scale", 1.0f, {});
+    p.scalar_f32(pre + "self_attn.v_proj.v_scale", 1.0f, {});
+  }
+}
+
 void qwen3(Plan& p, const json& c, const Counts& n, bool nvfp4) {
   const int64_t h = int_key(c, "hidden_size"), inter = int_key(c, "moe_intermediate_size");
   const int64_t heads = int_key(c, "num_attention_heads"), kv = int_key(c, "num_key_value_heads");
@@ -556,16 +579,9 @@ void qwen3(Plan& p, const json& c, const Counts& n, bool nvfp4) {
   for (int l = 0; l < n.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     p.norm(pre + "input_layernorm.weight", h);
-    for (const auto& [m, rows, cols] : {std::tuple{"q_proj", heads * hd, h},
-                                        {"k_proj", kv * hd, h},
-                                        {"v_proj", kv * hd, h},
-                                        {"o_proj", h, heads * hd}}) {
-      linear(pre + "self_attn." + m, rows, cols, false);
-    }
-    if (nvfp4) {  // kv_cache_quant_algo FP8: ModelOpt stores the calibrated KV scales
-      p.scalar_f32(pre + "self_attn.k_proj.k_scale", 1.0f, {});
-      p.scalar_f32(pre + "self_attn.v_proj.v_scale", 1.0f, {});
-    }
+    gqa_attention(
+        p, pre, {h, heads, kv, hd}, nvfp4,
+        [&](const std::string& m, int64_t rows, int64_t cols) { linear(m, rows, cols, false); });
     p.norm(pre + "self_attn.q_norm.weight", hd);
     p.norm(pre + "self_attn.k_norm.weight", hd);
     p.norm(pre + "post_attention_layernorm.weight", h);
@@ -637,22 +653,16 @@ void minimax(Plan& p, const json& c, const Counts& n, bool nvfp4) {
   for (int l = 0; l < n.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     p.norm(pre + "input_layernorm.weight", h);
-    for (const auto& [m, rows, cols] : {std::tuple{"q_proj", heads * hd, h},
-                                        {"k_proj", kv * hd, h},
-                                        {"v_proj", kv * hd, h},
-                                        {"o_proj", h, heads * hd}}) {
-      // NVIDIA's export leaves attention in BF16 (self_attn* is excluded); the FP8 release
-      // quantizes it like every other linear.
-      if (nvfp4) {
-        p.bf16_linear(pre + "self_attn." + m, rows, cols, false);
-      } else {
-        p.fp8_block(pre + "self_attn." + m, rows, cols, Fp8Scale::kF32ScaleInv, false);
-      }
-    }
-    if (nvfp4) {  // kv_cache_quant_algo FP8: ModelOpt stores the calibrated KV scales
-      p.scalar_f32(pre + "self_attn.k_proj.k_scale", 1.0f, {});
-      p.scalar_f32(pre + "self_attn.v_proj.v_scale", 1.0f, {});
-    }
+    // NVIDIA's export leaves attention in BF16 (self_attn* is excluded); the FP8 release
+    // quantizes it like every other linear.
+    gqa_attention(p, pre, {h, heads, kv, hd}, nvfp4,
+                  [&](const std::string& m, int64_t rows, int64_t cols) {
+                    if (nvfp4) {
+                      p.bf16_linear(m, rows, cols, false);
+                    } else {
+                      p.fp8_block(m, rows, cols, Fp8Scale::kF32ScaleInv, false);
+                    }
+                  });
     p.norm(pre + "self_attn.q_norm.weight", heads * hd);  // qk_norm_type per_layer
     p.norm(pre + "self_attn.k_norm.weight", kv * hd);
     p.norm(pre + "post_attention_layernorm.weight", h);
