@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/mca.h"
 #include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
@@ -59,6 +60,7 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
   FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("exact", "avx2");
     __m256 block[MR][kChains];
     FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
@@ -93,6 +95,7 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
       for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, block[i][c]);
       total[i] = _mm256_fmadd_ps(sum, scale, total[i]);
     }
+    FP4MOE_MCA_BLOCK_END();
   }
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
   FP4MOE_UNROLL

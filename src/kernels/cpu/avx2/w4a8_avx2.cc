@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/mca.h"
 #include "kernels/cpu/token_groups.h"
 
 namespace fp4moe::kernels {
@@ -123,6 +124,7 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
   FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("w4a8", "avx2");
     DecodedBlock<kChunks> d;
     decode_block(tile + b * kChunks * kChunkBytes, d);
     const __m256 w_scale = decode_block_scales<kFormat>(scales + b * kTileRows);
@@ -134,6 +136,7 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
       total[i] = accumulate_block(block_dot(d, a), _mm256_set1_epi32(kCodeOffset * x.sums[s]),
                                   w_scale, _mm256_set1_ps(x.scales[s]), total[i]);
     }
+    FP4MOE_MCA_BLOCK_END();
   }
   const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * 0.5f);
   FP4MOE_UNROLL

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/mca.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
@@ -49,6 +50,7 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
   __m512 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("exact", "avx512");
     __m512 block[MR][kChains];
     for (int i = 0; i < MR; ++i) {
       for (int c = 0; c < kChains; ++c) block[i][c] = _mm512_setzero_ps();
@@ -77,6 +79,7 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
       for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, block[i][c]);
       total[i] = _mm512_fmadd_ps(sum, scale, total[i]);
     }
+    FP4MOE_MCA_BLOCK_END();
   }
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * kFp4DecodeFactor);
   for (int i = 0; i < MR; ++i) {

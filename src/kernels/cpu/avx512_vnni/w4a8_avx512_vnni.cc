@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/mca.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
@@ -126,6 +127,7 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
   FP4MOE_UNROLL
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("w4a8", "avx512_vnni");
     PairBlock<kFormat> blk;
     decode_pair_block(p, b, blk);
     FP4MOE_UNROLL
@@ -135,6 +137,7 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
           block_dot(blk.codes, x.q + (i0 + i) * x.ldq + b * kBlock<kFormat>, x.sums[s]),
           blk.w_scale, x.scales[s], total[i]);
     }
+    FP4MOE_MCA_BLOCK_END();
   }
   const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
   FP4MOE_UNROLL
