@@ -29,54 +29,11 @@ constexpr std::string_view kWhere = "config.json";
     }                                                                                         \
   } while (0)
 
-Family family_of(std::string_view model_type, std::string_view top_type) {
-  auto is = [&](std::initializer_list<std::string_view> names) {
-    return std::find(names.begin(), names.end(), model_type) != names.end();
-  };
-  if (is({"deepseek_v3", "deepseek_v32", "deepseek_v2", "kimi_k2", "glm_moe_dsa"})) {
-    return Family::kDeepseekV3;
-  }
-  if (is({"deepseek_v4", "deepseek_ref"})) return Family::kDeepseekV4;
-  if (is({"qwen3_5_moe_text", "qwen3_5_text", "qwen3_5_moe", "qwen3_5"})) return Family::kQwen35;
-  if (is({"qwen3", "qwen3_moe", "qwen2", "qwen2_moe", "llama", "mistral"})) return Family::kQwen3;
-  if (is({"minimax_m2"})) return Family::kMiniMax;
-  if (is({"gpt_oss"})) return Family::kGptOss;
-  if (is({"gemma4_text", "gemma4"})) return Family::kGemma4;
-  if (is({"nemotron_h"})) return Family::kNemotronH;
-  if (is({"step3p7", "step3p5"})) return Family::kStep;
-  (void)top_type;
-  return Family::kGeneric;
-}
-
 int64_t positive_or_zero(const std::optional<int64_t>& v) { return v && *v > 0 ? *v : 0; }
 
 }  // namespace
 
-std::string_view to_string(Family family) {
-  switch (family) {
-    case Family::kDeepseekV3:
-      return "deepseek-v3";
-    case Family::kDeepseekV4:
-      return "deepseek-v4";
-    case Family::kQwen3:
-      return "qwen3";
-    case Family::kQwen35:
-      return "qwen3.5";
-    case Family::kMiniMax:
-      return "minimax-m2";
-    case Family::kGptOss:
-      return "gpt-oss";
-    case Family::kGemma4:
-      return "gemma4";
-    case Family::kNemotronH:
-      return "nemotron-h";
-    case Family::kStep:
-      return "step";
-    case Family::kGeneric:
-      return "generic";
-  }
-  return "generic";
-}
+std::string_view to_string(Family family) { return families::first_row(family).display; }
 
 Result<ArchInfo> read_arch(const json& config) {
   ArchInfo a;
@@ -96,7 +53,7 @@ Result<ArchInfo> read_arch(const json& config) {
   DETECT_ASSIGN(mt, jsonu::get_string(text, "model_type", kWhere));
   a.top_model_type = top_mt.value_or("");
   a.model_type = mt.value_or(a.top_model_type);
-  a.family = family_of(a.model_type, a.top_model_type);
+  a.family = families::family_of(a.model_type);
   if (a.family == Family::kGeneric) {
     // Architectures name the family when model_type is a mirror's own alias.
     if (const json* archs = jsonu::member(config, "architectures"); archs && archs->is_array()) {
@@ -306,49 +263,19 @@ Result<ArchInfo> read_arch(const json& config) {
   }
   a.sparse_indexer = a.model_type == "deepseek_v32" || a.model_type == "glm_moe_dsa";
 
-  // Naming: prefixes of multimodal wrappers, MTP placement.
-  switch (a.family) {
-    case Family::kDeepseekV3:
-      a.mtp_appended = true;
-      a.mtp_names_known = true;
-      if (a.top_model_type == "kimi_k25") {
-        a.layer_prefix = "language_model.model.layers.";
-        a.lm_head_name = "language_model.lm_head";
-        a.embed_name = "language_model.model.embed_tokens";
-      }
-      break;
-    case Family::kDeepseekV4:
-      a.layer_prefix = "layers.";
-      a.lm_head_name = "head";
-      a.embed_name = "embed";
-      a.mtp_names_known = true;
-      break;
-    case Family::kQwen35:
-      a.layer_prefix = "model.language_model.layers.";
-      a.embed_name = "model.language_model.embed_tokens";
-      a.mtp_names_known = true;
-      break;
-    case Family::kGemma4:
-      a.layer_prefix = "model.language_model.layers.";
-      a.embed_name = "model.language_model.embed_tokens";
-      a.names_assumed = has_experts;  // the fused expert module name is not confirmed
-      break;
-    case Family::kNemotronH:
-      a.layer_prefix = "backbone.layers.";
-      a.embed_name = "backbone.embeddings";
-      break;
-    case Family::kStep:
-      a.mtp_appended = true;
-      a.mtp_names_known = true;
-      a.names_assumed = true;
-      break;
-    case Family::kGeneric:
-      a.names_assumed = true;
-      break;
-    case Family::kQwen3:
-    case Family::kMiniMax:
-    case Family::kGptOss:
-      break;
+  // Naming (family table): layer prefix, head and embedding names, MTP placement, a multimodal
+  // wrapper's prefix (Kimi-K2.5), and whether the names are confirmed.
+  const families::FamilyNaming& row = families::first_row(a.family);
+  const std::string vlm(families::vlm_prefix_of(a.top_model_type));
+  a.layer_prefix = vlm + std::string(row.layer_prefix);
+  a.lm_head_name = vlm + std::string(row.lm_head);
+  a.embed_name = vlm + std::string(row.embed);
+  a.mtp_appended = row.mtp == families::MtpPlacement::kAppended;
+  a.mtp_names_known = row.mtp != families::MtpPlacement::kUnknown;
+  if (!row.names_confirmed) {
+    a.names_assumed = true;
+  } else if (!row.experts_confirmed) {
+    a.names_assumed = has_experts;
   }
   return a;
 }
@@ -435,14 +362,9 @@ Role classify_module(std::string_view name, const ArchInfo& arch) {
   return Role::kOther;
 }
 
-int convention_count(Family family) { return family == Family::kDeepseekV4 ? 2 : 1; }
-
 std::string_view convention_name(Family family, int convention) {
-  if (family == Family::kDeepseekV4) {
-    return convention == 0 ? "DeepSeek-V4 reference names (layers.L.ffn.experts.E.w1)"
-                           : "HF-style names (model.layers.L.ffn.experts.E.gate_proj)";
-  }
-  return to_string(family);
+  const families::FamilyNaming& row = families::convention(family, convention);
+  return row.convention.empty() ? row.display : row.convention;
 }
 
 std::vector<SyntheticModule> synthesize_modules(const ArchInfo& arch, int convention) {
@@ -451,7 +373,9 @@ std::vector<SyntheticModule> synthesize_modules(const ArchInfo& arch, int conven
   auto add = [&](std::string name, int64_t mult = 1) { out.push_back({std::move(name), mult}); };
   const bool v4 = arch.family == Family::kDeepseekV4;
   const bool v4_hf = v4 && convention == 1;
-  const std::string prefix = v4_hf ? "model.layers." : arch.layer_prefix;
+  // The MoE block, dense MLP, MTP, head and embedding names are the family table's row.
+  const families::FamilyNaming& row = families::convention(arch.family, convention);
+  const std::string prefix = convention > 0 ? std::string(row.layer_prefix) : arch.layer_prefix;
 
   // One decoder (or MTP) layer under `p` (ending in '.').
   auto layer = [&](const std::string& p, const LayerShape& s, bool mtp) {
@@ -489,100 +413,56 @@ std::vector<SyntheticModule> synthesize_modules(const ArchInfo& arch, int conven
         }
         break;
     }
-    const std::string e0 = "0";
+    auto members = [](std::string_view g, std::string_view u, std::string_view d) {
+      std::vector<std::string> m;
+      for (std::string_view x : {g, u, d}) {
+        if (!x.empty()) m.emplace_back(x);
+      }
+      return m;
+    };
     if (s.moe) {
-      switch (arch.family) {
-        case Family::kDeepseekV4:
-          for (const char* m : v4_hf
-                                   ? std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"}
-                                   : std::array<const char*, 3>{"w1", "w2", "w3"}) {
-            add(p + "ffn.experts." + e0 + "." + m, experts);
+      const std::string ex = std::string(p) + std::string(row.experts);
+      if (row.layout == families::ExpertLayout::kFusedGateUp) {
+        add(ex + std::string(row.gate));
+        add(ex + std::string(row.down));
+      } else {
+        const std::string e0 = ex.substr(0, ex.find("{E}")) + "0" + ex.substr(ex.find("{E}") + 3);
+        for (const auto& m : members(row.gate, row.up, row.down)) add(e0 + m, experts);
+        if (arch.shared_experts && !row.shared.empty()) {
+          for (const auto& m : members(row.gate, row.up, row.down)) {
+            add(p + std::string(row.shared) + m);
           }
-          if (arch.shared_experts) {
-            for (const char* m :
-                 v4_hf ? std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"}
-                       : std::array<const char*, 3>{"w1", "w2", "w3"}) {
-              add(p + "ffn.shared_experts." + m);
-            }
-          }
-          add(p + "ffn.gate");
-          break;
-        case Family::kMiniMax:
-          for (const char* m : {"w1", "w2", "w3"})
-            add(p + "block_sparse_moe.experts.0." + m, experts);
-          add(p + "block_sparse_moe.gate");
-          break;
-        case Family::kGptOss:
-          add(p + "mlp.experts.gate_up_proj");
-          add(p + "mlp.experts.down_proj");
-          add(p + "mlp.router");
-          break;
-        case Family::kGemma4:
-          add(p + "experts.gate_up_proj");
-          add(p + "experts.down_proj");
-          add(p + "router.proj");
-          break;
-        case Family::kNemotronH:
-          for (const char* m : {"up_proj", "down_proj"}) add(p + "mixer.experts.0." + m, experts);
-          if (arch.shared_experts) {
-            for (const char* m : {"up_proj", "down_proj"}) add(p + "mixer.shared_experts." + m);
-          }
-          add(p + "mixer.gate");
-          break;
-        default: {
-          for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
-            add(p + "mlp.experts.0." + m, experts);
-          }
-          if (arch.shared_experts) {
-            const std::string sh =
-                arch.family == Family::kQwen35 ? "mlp.shared_expert." : "mlp.shared_experts.";
-            for (const char* m : {"gate_proj", "up_proj", "down_proj"}) add(p + sh + m);
-            if (arch.family == Family::kQwen35) add(p + "mlp.shared_expert_gate");
-          }
-          add(p + "mlp.gate");
-          break;
+          if (!row.shared_gate.empty()) add(p + std::string(row.shared_gate));
         }
       }
+      add(p + std::string(row.router));
     }
     if (s.dense_mlp) {
-      if (arch.family == Family::kNemotronH) {
-        add(p + "mixer.up_proj");
-        add(p + "mixer.down_proj");
-      } else {
-        const std::string mlp = v4 ? "ffn." : "mlp.";
-        for (const char* m : {"gate_proj", "up_proj", "down_proj"}) add(p + mlp + m);
+      for (const auto& m : members(row.dense_gate, row.dense_up, row.dense_down)) {
+        add(p + std::string(row.dense_mlp) + m);
       }
     }
-    if (mtp && arch.family == Family::kDeepseekV3) add(p + "eh_proj");
-    if (mtp && arch.family == Family::kDeepseekV4 && !v4_hf) {
-      add(p + "e_proj");
-      add(p + "h_proj");
+    if (mtp) {
+      for (std::string_view m : row.mtp_extra) add(p + std::string(m));
     }
   };
 
   for (int l = 0; l < static_cast<int>(arch.layers.size()); ++l) {
     layer(prefix + std::to_string(l) + ".", arch.layers[l], false);
   }
-  if (arch.num_mtp_layers > 0 && arch.mtp_names_known && !v4_hf) {
+  if (arch.num_mtp_layers > 0 && arch.mtp_names_known &&
+      row.mtp != families::MtpPlacement::kUnknown) {
     LayerShape mtp_shape;
     mtp_shape.mixer = arch.family == Family::kDeepseekV3 || v4 ? LayerShape::Mixer::kMla
                                                                : LayerShape::Mixer::kSelfAttention;
     mtp_shape.moe = arch.n_routed_experts > 0;
     mtp_shape.dense_mlp = !mtp_shape.moe;
     for (int i = 0; i < arch.num_mtp_layers; ++i) {
-      std::string p;
-      if (arch.mtp_appended) {
-        p = prefix + std::to_string(arch.num_layers + i) + ".";
-      } else if (v4) {
-        p = "mtp." + std::to_string(i) + ".";
-      } else {
-        p = "mtp.layers." + std::to_string(i) + ".";
-      }
-      layer(p, mtp_shape, true);
+      layer(families::mtp_layer_prefix(row, prefix, i, arch.num_layers), mtp_shape, true);
     }
   }
-  add(v4_hf ? "lm_head" : arch.lm_head_name);
-  add(v4_hf ? "model.embed_tokens" : arch.embed_name);
+  add(convention > 0 ? std::string(row.lm_head) : arch.lm_head_name);
+  add(convention > 0 ? std::string(row.embed) : arch.embed_name);
   if (arch.vision) {
     if (arch.family == Family::kQwen35) {
       add("model.visual.blocks.0.attn.qkv");

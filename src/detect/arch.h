@@ -9,22 +9,12 @@
 
 #include "core/status.h"
 #include "detect/manifest.h"
+#include "families/families.h"
 
 namespace fp4moe::detect {
 
-// Naming conventions of the corpus architectures.
-enum class Family {
-  kDeepseekV3,  // deepseek_v3/v32, kimi_k2, glm_moe_dsa: model.layers.L.{self_attn,mlp}.*
-  kDeepseekV4,  // deepseek_v4 reference checkpoint: layers.L.{attn,ffn}.*, mtp.N.*, head, embed
-  kQwen3,       // qwen3, qwen3_moe, llama-like: model.layers.L.{self_attn,mlp}.*
-  kQwen35,      // qwen3_5(_moe): linear_attn + self_attn, mlp.shared_expert, mtp.layers.N.*
-  kMiniMax,     // minimax_m2: block_sparse_moe.experts.E.w{1,2,3}
-  kGptOss,      // gpt_oss: fused mlp.experts.{gate_up,down}_proj (_blocks/_scales)
-  kGemma4,      // gemma4: dense mlp + router + fused experts per layer
-  kNemotronH,   // nemotron_h: backbone.layers.L.mixer.* per hybrid pattern
-  kStep,        // step3p7: DeepSeek-like layout, names not confirmed
-  kGeneric,     // anything else: generic HF names, flagged by a finding
-};
+// The families and their naming: one row each in the family table (families/families.h).
+using families::Family;
 
 std::string_view to_string(Family family);
 
@@ -72,9 +62,9 @@ struct SyntheticModule {
   int64_t multiplicity = 1;  // modules it stands for (experts)
 };
 
-// Alternative naming conventions of one family (DeepSeek-V4: reference names vs. the HF-style
-// names of re-exported checkpoints). Index 0 is the family's own checkpoint naming.
-int convention_count(Family family);
+// Alternative naming conventions of one family, its rows in the family table (DeepSeek-V4:
+// reference names vs. the HF-style names of re-exported checkpoints). Index 0 is the family's own
+// checkpoint naming.
 std::string_view convention_name(Family family, int convention);
 std::vector<SyntheticModule> synthesize_modules(const ArchInfo& arch, int convention);
 

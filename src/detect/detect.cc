@@ -92,15 +92,10 @@ ArchInfo arch_from_patterns(const ConfigClaims& claims) {
     a.family = Family::kDeepseekV4;
   else
     a.family = Family::kQwen3;
-  if (a.family == Family::kDeepseekV4) {
-    a.layer_prefix = "layers.";
-    a.lm_head_name = "head";
-    a.embed_name = "embed";
-  } else if (a.family == Family::kQwen35) {
-    a.layer_prefix = "model.language_model.layers.";
-  } else if (a.family == Family::kNemotronH) {
-    a.layer_prefix = "backbone.layers.";
-  }
+  const families::FamilyNaming& row = families::first_row(a.family);
+  a.layer_prefix = std::string(row.layer_prefix);
+  a.lm_head_name = std::string(row.lm_head);
+  a.embed_name = std::string(row.embed);
   a.num_layers = max_layer + 1;
   a.n_routed_experts = 1;
   a.shared_experts = true;
@@ -210,7 +205,7 @@ Result<Manifest> detect(const DetectInput& in) {
     // The naming convention under which the config's own patterns match the most modules.
     int best = 0;
     size_t best_hits = 0;
-    for (int c = 0; c < convention_count(arch.family); ++c) {
+    for (int c = 0; c < families::convention_count(arch.family); ++c) {
       auto synth = synthesize_modules(arch, c);
       size_t hits = 0;
       auto count = [&](const Pattern& p) {
@@ -237,7 +232,7 @@ Result<Manifest> detect(const DetectInput& in) {
       m.role = classify_module(s.name, arch);
       modules.push_back(std::move(m));
     }
-    if (convention_count(arch.family) > 1) {
+    if (families::convention_count(arch.family) > 1) {
       find(Severity::kInfo, "naming_convention",
            "configs only: module names taken as " +
                std::string(convention_name(arch.family, best)) +

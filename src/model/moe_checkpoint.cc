@@ -11,6 +11,7 @@
 
 #include "checkpoint/dtype.h"
 #include "checkpoint/tensor_values.h"
+#include "families/families.h"
 #include "formats/block.h"
 #include "formats/scalar.h"
 #include "formats/storage.h"
@@ -44,30 +45,52 @@ std::string expand_glob(std::string pattern) {
   return pattern;
 }
 
-// One row per naming; a family's routing semantics are read in read_moe_model (MOE_SEMANTICS.md).
-// Kimi-K2 and GLM-5 use the DeepSeek-V3 names; Qwen3-MoE the same without bias or shared expert.
-const MoeNaming kNamings[] = {
-    {"deepseek_v4", "layers.L.ffn.experts.E.w1", "layers.{L}.ffn.gate.weight", "",
-     "layers.{L}.ffn.gate.bias", "layers.{L}.ffn.experts.{E}.", "layers.{L}.ffn.shared_experts.",
-     "w1", "w3", "w2"},
-    // Hugging Face names of DeepSeek-V4 (RedHat's compressed-tensors export).
-    {"deepseek_v4", "model.layers.L.ffn.experts.E.gate_proj", "model.layers.{L}.ffn.gate.weight",
-     "", "model.layers.{L}.ffn.gate.e_score_correction_bias", "model.layers.{L}.ffn.experts.{E}.",
-     "model.layers.{L}.ffn.shared_experts.", "gate_proj", "up_proj", "down_proj"},
-    {"deepseek_v3", "model.layers.L.mlp.experts.E.gate_proj", "model.layers.{L}.mlp.gate.weight",
-     "", "model.layers.{L}.mlp.gate.e_score_correction_bias", "model.layers.{L}.mlp.experts.{E}.",
-     "model.layers.{L}.mlp.shared_experts.", "gate_proj", "up_proj", "down_proj"},
-    {"minimax_m2", "model.layers.L.block_sparse_moe.experts.E.w1",
-     "model.layers.{L}.block_sparse_moe.gate.weight", "",
-     "model.layers.{L}.block_sparse_moe.e_score_correction_bias",
-     "model.layers.{L}.block_sparse_moe.experts.{E}.", "", "w1", "w3", "w2"},
-    {"gpt_oss", "model.layers.L.mlp.experts.gate_up_proj_blocks",
-     "model.layers.{L}.mlp.router.weight", "model.layers.{L}.mlp.router.bias", "",
-     "model.layers.{L}.mlp.experts.", "", "gate_up_proj", "", "down_proj", /*fused=*/true},
-};
+// model/'s view of the family table (families/families.h): the rows verify runs, with full name
+// templates, one per distinct routed-expert naming (Qwen3-MoE is found by DeepSeek-V3's names).
+std::vector<MoeNaming> build_namings() {
+  std::vector<MoeNaming> out;
+  for (const auto& row : families::table()) {
+    if ((row.runs & families::kVerify) == 0) continue;
+    auto t = [&row](std::string_view relative) {
+      return relative.empty() ? std::string() : families::layer_template(row, relative);
+    };
+    MoeNaming n;
+    n.family = std::string(row.key);
+    n.routing = row.routing;
+    n.fused = row.layout == families::ExpertLayout::kFusedGateUp;
+    n.example = std::string(row.layer_prefix) + "L." + std::string(row.experts) +
+                std::string(row.gate) + (n.fused ? "_blocks" : "");
+    if (const size_t e = n.example.find("{E}"); e != std::string::npos)
+      n.example.replace(e, 3, "E");
+    n.router_weight = t(row.router) + ".weight";
+    n.router_logit_bias = t(row.router_logit_bias);
+    n.router_bias = t(row.router_correction_bias);
+    n.expert_prefix = t(row.experts);
+    n.shared_prefix = t(row.shared);
+    n.gate = std::string(row.gate);
+    n.up = std::string(row.up);
+    n.down = std::string(row.down);
+    const bool seen = std::any_of(out.begin(), out.end(), [&n](const MoeNaming& o) {
+      return o.expert_prefix == n.expert_prefix && o.gate == n.gate;
+    });
+    if (!seen) out.push_back(std::move(n));
+  }
+  return out;
+}
 
-// VLM wrappers keep the language model's tensors under a prefix (Kimi-K2.5).
-const char* const kPrefixes[] = {"", "language_model."};
+const std::vector<MoeNaming>& namings() {
+  static const std::vector<MoeNaming> kNamings = build_namings();
+  return kNamings;
+}
+
+// The prefixes tried on every checkpoint: none, then each VLM wrapper's (Kimi-K2.5).
+std::vector<std::string> prefixes() {
+  std::vector<std::string> out = {""};
+  for (const auto& p : families::vlm_prefixes()) {
+    if (std::find(out.begin(), out.end(), p.prefix) == out.end()) out.emplace_back(p.prefix);
+  }
+  return out;
+}
 
 MoeNaming with_prefix(MoeNaming n, const std::string& prefix) {
   for (std::string* f : {&n.router_weight, &n.router_logit_bias, &n.router_bias, &n.expert_prefix,
@@ -341,8 +364,8 @@ Result<MoeNaming> find_moe_naming(const CheckpointDir& dir, std::string_view who
   const nlohmann::json& top = dir.config();
   const nlohmann::json& config = language_config(top);
   const int num_layers = json_value<int>(config, "num_hidden_layers", 0);
-  for (const auto& row : kNamings) {
-    for (const char* prefix : kPrefixes) {
+  for (const auto& row : namings()) {
+    for (const std::string& prefix : prefixes()) {
       const MoeNaming n = with_prefix(row, prefix);
       for (int l = 0; l < num_layers; ++l) {
         if (has_first_expert(dir, n, l)) return n;
@@ -350,7 +373,7 @@ Result<MoeNaming> find_moe_naming(const CheckpointDir& dir, std::string_view who
     }
   }
   std::string known;
-  for (const auto& n : kNamings) known += (known.empty() ? "'" : ", '") + n.example + "'";
+  for (const auto& n : namings()) known += (known.empty() ? "'" : ", '") + n.example + "'";
   return Error{dir.path().string() + ": model_type '" +
                json_value<std::string>(config, "model_type",
                                        json_value<std::string>(top, "model_type", "unknown")) +
@@ -358,7 +381,7 @@ Result<MoeNaming> find_moe_naming(const CheckpointDir& dir, std::string_view who
                known + ", with L < num_hidden_layers = " + std::to_string(num_layers) + ")"};
 }
 
-std::span<const MoeNaming> moe_namings() { return kNamings; }
+std::span<const MoeNaming> moe_namings() { return namings(); }
 
 std::string routed_expert_glob(const MoeNaming& naming) {
   return expand_glob(naming.expert_prefix) + "*";
@@ -380,8 +403,8 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
   if (!found.ok()) return found.error();
   info.naming = *found;
   const MoeNaming& naming = info.naming;
-  const bool v4 = naming.family == "deepseek_v4" || info.model_type == "deepseek_v4";
-  const bool gpt_oss = naming.family == "gpt_oss";
+  const bool v4 = naming.routing == families::Routing::kV4 || info.model_type == "deepseek_v4";
+  const bool gpt_oss = naming.routing == families::Routing::kSoftmaxOfTopK;
   auto& c = info.config;
   c.hidden = json_value<int64_t>(config, "hidden_size", 0);
   auto& r = c.router;
@@ -404,7 +427,7 @@ Result<MoeModelInfo> read_moe_model(const CheckpointDir& dir) {
   // (MOE_SEMANTICS.md §1); MiniMax-M2 always does (HF MiniMaxM2SparseMoeBlock, vLLM
   // renormalize=True); the V3 family and Qwen key it on norm_topk_prob.
   r.renormalize = v4 ? r.scoring != moe::ScoringFunc::kSoftmax
-                  : naming.family == "minimax_m2"
+                  : naming.routing == families::Routing::kAlwaysRenorm
                       ? true
                       : json_value<bool>(config, "norm_topk_prob", false);
   r.routed_scaling_factor = json_value<float>(config, "routed_scaling_factor", 1.0f);

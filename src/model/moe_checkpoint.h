@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "core/status.h"
+#include "families/families.h"
 #include "formats/storage.h"
 #include "moe/moe_layer.h"
 #include "moe/reference.h"
@@ -21,9 +22,9 @@
 
 namespace fp4moe::model {
 
-// Tensor names of one model family's MoE block ("{L}" = layer, "{E}" = expert), one row per
-// naming in moe_checkpoint.cc (`kNamings`); a VLM wrapper's "language_model." is prepended when
-// that is where the checkpoint keeps them.
+// Tensor names of one model family's MoE block ("{L}" = layer, "{E}" = expert): a row of the
+// family table (families/families.h) that verify runs, with full name templates; a VLM wrapper's
+// prefix (families::vlm_prefixes) is prepended when that is where the checkpoint keeps them.
 struct MoeNaming {
   std::string family;             // "deepseek_v4", "deepseek_v3", "gpt_oss", "minimax_m2", ...
   std::string example;            // one routed-expert tensor name, for messages
@@ -36,6 +37,7 @@ struct MoeNaming {
   // gpt-oss: all experts of a layer in `<prefix><gate>_blocks` [E, 2I, K/32, 16] (gate and up
   // rows interleaved), `<prefix><down>_blocks` [E, H, I/32, 16], `_scales` and `_bias` beside.
   bool fused = false;
+  families::Routing routing = families::Routing::kNone;  // the row's routing semantics
 };
 
 struct MoeModelInfo {
@@ -52,11 +54,11 @@ struct MoeModelInfo {
 Result<MoeModelInfo> read_moe_model(const checkpoint::CheckpointDir& dir);
 
 // The family table, read by convert/ too: the naming of `dir`'s routed experts, i.e. the first row
-// of `kNamings` (with a VLM prefix where the checkpoint keeps one) whose expert 0 of some layer
-// L < num_hidden_layers exists in any storage this project reads (`.weight`, `.weight_packed`;
-// fused: `<gate>_blocks` MXFP4 or `<gate>` NVFP4). Otherwise an error in one sentence naming the
-// model_type and every known naming; `who` says which command cannot go on ("verify and bench
-// run").
+// of the table that verify runs (with a VLM prefix where the checkpoint keeps one) whose expert 0
+// of some layer L < num_hidden_layers exists in any storage this project reads (`.weight`,
+// `.weight_packed`; fused: `<gate>_blocks` MXFP4 or `<gate>` NVFP4). Otherwise an error in one
+// sentence naming the model_type and every known naming; `who` says which command cannot go on
+// ("verify and bench run").
 Result<MoeNaming> find_moe_naming(const checkpoint::CheckpointDir& dir, std::string_view who);
 
 // Every row of the family table, without prefixes (convert/ pairs gate and up by these names).

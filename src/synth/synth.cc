@@ -14,6 +14,7 @@
 
 #include "checkpoint/dtype.h"
 #include "checkpoint/writer.h"
+#include "families/families.h"
 #include "formats/storage.h"
 #include "synth/base_configs.h"
 #include "synth/tiles.h"
@@ -27,6 +28,26 @@ using checkpoint::DType;
 using checkpoint::TensorSpec;
 using json = nlohmann::json;
 using Shape = std::vector<int64_t>;
+using families::Family;
+using families::FamilyNaming;
+
+// Tensor names from the family table (families/families.h): a layer's prefix, its modules.
+const FamilyNaming& row_of(Family family, int convention = 0) {
+  return families::convention(family, convention);
+}
+std::string layer_pre(const FamilyNaming& r, int64_t layer) {
+  return std::string(r.layer_prefix) + std::to_string(layer) + ".";
+}
+// `<pre><module>` for a module field of the row (`pre` a layer's or MTP layer's prefix).
+std::string in(const std::string& pre, std::string_view module) {
+  return pre + std::string(module);
+}
+// Expert `e`'s prefix under `pre`.
+std::string expert_pre(const FamilyNaming& r, const std::string& pre, int e) {
+  std::string x = in(pre, r.experts);
+  if (const size_t at = x.find("{E}"); at != std::string::npos) x.replace(at, 3, std::to_string(e));
+  return x;
+}
 
 // Standard deviation of the synthetic weights: the `initializer_range` of these models' configs,
 // a realistic magnitude for trained linear weights too.
@@ -323,58 +344,63 @@ void dsv4_block(Plan& p, const std::string& pre, const json& c, int experts, V4E
               false);
   p.fp8_block(pre + "attn.wo_b", h, o_groups * o_lora, Fp8Scale::kUe8m0, false);
   p.norm(pre + "ffn_norm.weight", h);
-  p.gaussian(pre + "ffn.gate.weight", DType::BF16, {experts, h});
+  const FamilyNaming& r = row_of(Family::kDeepseekV4);
+  p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {experts, h});
   if (hash_layer) {
-    p.hole(pre + "ffn.gate.tid2eid", DType::I32,
+    p.hole(in(pre, r.router) + ".tid2eid", DType::I32,
            {int_key(c, "vocab_size"), int_key(c, "num_experts_per_tok")});
   } else {
-    p.gaussian(pre + "ffn.gate.bias", DType::F32, {experts});
+    p.gaussian(in(pre, r.router_correction_bias), DType::F32, {experts});
   }
   for (int e = 0; e < experts; ++e) {
-    const std::string x = pre + "ffn.experts." + std::to_string(e) + ".";
+    const std::string x = expert_pre(r, pre, e);
     // w1 (gate) and w3 (up) are [inter, hidden]; w2 (down) is [hidden, inter].
-    for (const auto& [w, n, k] : {std::tuple{"w1", inter, h}, {"w2", h, inter}, {"w3", inter, h}}) {
+    for (const auto& [w, n, k] :
+         {std::tuple{r.gate, inter, h}, {r.down, h, inter}, {r.up, inter, h}}) {
       if (form == V4Experts::kMxfp4) {
-        p.mxfp4(x + w, n, k);
+        p.mxfp4(in(x, w), n, k);
       } else {
-        p.nvfp4_modelopt(x + w, n, k);
+        p.nvfp4_modelopt(in(x, w), n, k);
       }
     }
   }
-  for (const auto& [w, n, k] : {std::tuple{"w1", shared * inter, h},
-                                {"w2", h, shared * inter},
-                                {"w3", shared * inter, h}}) {
-    p.fp8_block(pre + "ffn.shared_experts." + w, n, k, Fp8Scale::kUe8m0);
+  for (const auto& [w, n, k] : {std::tuple{r.gate, shared * inter, h},
+                                {r.down, h, shared * inter},
+                                {r.up, shared * inter, h}}) {
+    p.fp8_block(in(pre, r.shared) + std::string(w), n, k, Fp8Scale::kUe8m0);
   }
 }
 
 void dsv4_reference(Plan& p, const json& c, const Counts& n, V4Experts form) {
   const int64_t h = int_key(c, "hidden_size"), vocab = int_key(c, "vocab_size");
   const int hash_layers = static_cast<int>(int_key(c, "num_hash_layers"));
-  p.hole("embed.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kDeepseekV4);
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int l = 0; l < n.layers; ++l) {
-    dsv4_block(p, "layers." + std::to_string(l) + ".", c, n.experts, form, l < hash_layers);
+    dsv4_block(p, layer_pre(r, l), c, n.experts, form, l < hash_layers);
   }
   // The MTP layer: NVIDIA's NVFP4 checkpoint ignores `mtp.*`, so its experts stay MXFP4.
   for (int m = 0; m < int_key(c, "num_nextn_predict_layers"); ++m) {
-    const std::string pre = "mtp." + std::to_string(m) + ".";
-    p.fp8_block(pre + "e_proj", h, h, Fp8Scale::kUe8m0, false);
-    p.fp8_block(pre + "h_proj", h, h, Fp8Scale::kUe8m0, false);
+    const std::string pre = families::mtp_layer_prefix(r, r.layer_prefix, m, n.layers);
+    for (std::string_view extra : r.mtp_extra) {  // e_proj, h_proj
+      p.fp8_block(in(pre, extra), h, h, Fp8Scale::kUe8m0, false);
+    }
     p.norm(pre + "enorm.weight", h);
     p.norm(pre + "hnorm.weight", h);
     dsv4_block(p, pre, c, n.experts, V4Experts::kMxfp4, false);
     p.norm(pre + "norm.weight", h);
   }
   p.norm("norm.weight", h);
-  p.hole("head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // quantized_layers of NVIDIA's MIXED_PRECISION section: every decoder layer's routed experts.
 json nvidia_v4_quantized_layers(int layers) {
   json q = json::object();
+  const FamilyNaming& r = row_of(Family::kDeepseekV4);
+  const std::string_view experts = r.experts.substr(0, r.experts.find(".{E}."));  // ffn.experts
   for (int l = 0; l < layers; ++l) {
-    q["layers." + std::to_string(l) + ".ffn.experts"] = {{"group_size", 16},
-                                                         {"quant_algo", "NVFP4"}};
+    q[in(layer_pre(r, l), experts)] = {{"group_size", 16}, {"quant_algo", "NVFP4"}};
   }
   return q;
 }
@@ -388,9 +414,10 @@ void dsv4_ct(Plan& p, const json& c, const Counts& n) {
   const int64_t o_groups = int_key(c, "o_groups"), o_lora = int_key(c, "o_lora_rank");
   const int64_t shared = int_key(c, "n_shared_experts");
   const int hash_layers = static_cast<int>(int_key(c, "num_hash_layers"));
-  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kDeepseekV4, 1);  // the HF-style names
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int l = 0; l < n.layers; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const std::string pre = layer_pre(r, l);
     p.norm(pre + "input_layernorm.weight", h);
     p.fp8_block(pre + "attn.fused_wqa_wkv", q_lora + head_dim, h, Fp8Scale::kCtF32, false);
     p.norm(pre + "attn.q_norm.weight", q_lora);
@@ -400,25 +427,26 @@ void dsv4_ct(Plan& p, const json& c, const Counts& n) {
                 false);
     p.fp8_block(pre + "attn.wo_b", h, o_groups * o_lora, Fp8Scale::kCtF32, false);
     p.norm(pre + "post_attention_layernorm.weight", h);
-    p.gaussian(pre + "ffn.gate.weight", DType::BF16, {n.experts, h});
+    p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {n.experts, h});
     if (l < hash_layers) {
-      p.hole(pre + "ffn.gate.tid2eid", DType::I32, {vocab, int_key(c, "num_experts_per_tok")});
+      p.hole(in(pre, r.router) + ".tid2eid", DType::I32,
+             {vocab, int_key(c, "num_experts_per_tok")});
     } else {
-      p.gaussian(pre + "ffn.gate.e_score_correction_bias", DType::F32, {n.experts});
+      p.gaussian(in(pre, r.router_correction_bias), DType::F32, {n.experts});
     }
     // The NVFP4 group's target `re:.*ffn.*(gate|up|down)_proj$` covers the shared expert too.
     for (int e = 0; e < n.experts; ++e) {
-      const std::string x = pre + "ffn.experts." + std::to_string(e) + ".";
-      p.nvfp4_ct(x + "gate_proj", inter, h);
-      p.nvfp4_ct(x + "up_proj", inter, h);
-      p.nvfp4_ct(x + "down_proj", h, inter);
+      const std::string x = expert_pre(r, pre, e);
+      p.nvfp4_ct(in(x, r.gate), inter, h);
+      p.nvfp4_ct(in(x, r.up), inter, h);
+      p.nvfp4_ct(in(x, r.down), h, inter);
     }
-    p.nvfp4_ct(pre + "ffn.shared_experts.gate_proj", shared * inter, h);
-    p.nvfp4_ct(pre + "ffn.shared_experts.up_proj", shared * inter, h);
-    p.nvfp4_ct(pre + "ffn.shared_experts.down_proj", h, shared * inter);
+    p.nvfp4_ct(in(pre, r.shared) + std::string(r.gate), shared * inter, h);
+    p.nvfp4_ct(in(pre, r.shared) + std::string(r.up), shared * inter, h);
+    p.nvfp4_ct(in(pre, r.shared) + std::string(r.down), h, shared * inter);
   }
   p.norm("model.norm.weight", h);
-  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // ----- gpt-oss --------------------------------------------------------------------------------
@@ -437,9 +465,10 @@ void gpt_oss(Plan& p, json& c, const Counts& n) {
   const int64_t h = int_key(c, "hidden_size"), inter = int_key(c, "intermediate_size");
   const int64_t heads = int_key(c, "num_attention_heads"), kv = int_key(c, "num_key_value_heads");
   const int64_t hd = int_key(c, "head_dim"), vocab = int_key(c, "vocab_size");
-  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kGptOss);
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int l = 0; l < n.layers; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const std::string pre = layer_pre(r, l);
     p.norm(pre + "input_layernorm.weight", h);
     for (const auto& [m, rows, cols] : {std::tuple{"q_proj", heads * hd, h},
                                         {"k_proj", kv * hd, h},
@@ -450,14 +479,14 @@ void gpt_oss(Plan& p, json& c, const Counts& n) {
     }
     p.hole(pre + "self_attn.sinks", DType::BF16, {heads});
     p.norm(pre + "post_attention_layernorm.weight", h);
-    p.gaussian(pre + "mlp.router.weight", DType::BF16, {n.experts, h});
-    p.gaussian(pre + "mlp.router.bias", DType::BF16, {n.experts});
+    p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {n.experts, h});
+    p.gaussian(in(pre, r.router_logit_bias), DType::BF16, {n.experts});
     // gate_up_proj interleaves gate and up rows: [E, 2 * inter, hidden/32, 16].
-    p.gpt_oss_experts(pre + "mlp.experts.gate_up_proj", n.experts, 2 * inter, h);
-    p.gpt_oss_experts(pre + "mlp.experts.down_proj", n.experts, h, inter);
+    p.gpt_oss_experts(in(pre, r.experts) + std::string(r.gate), n.experts, 2 * inter, h);
+    p.gpt_oss_experts(in(pre, r.experts) + std::string(r.down), n.experts, h, inter);
   }
   p.norm("model.norm.weight", h);
-  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // ----- DeepSeek-V3 FP8 ------------------------------------------------------------------------
@@ -477,25 +506,28 @@ void dsv3_block(Plan& p, const std::string& pre, const json& c, int experts, boo
   p.fp8_block(pre + "self_attn.kv_b_proj", heads * (nope + v_head), kv_lora, kInv, false);
   p.fp8_block(pre + "self_attn.o_proj", h, heads * v_head, kInv, false);
   p.norm(pre + "post_attention_layernorm.weight", h);
+  const FamilyNaming& r = row_of(Family::kDeepseekV3);
   if (!moe) {  // dense MLP of the first_k_dense_replace layers: holes
     const int64_t dense = int_key(c, "intermediate_size");
-    p.fp8_block(pre + "mlp.gate_proj", dense, h, kInv, false);
-    p.fp8_block(pre + "mlp.up_proj", dense, h, kInv, false);
-    p.fp8_block(pre + "mlp.down_proj", h, dense, kInv, false);
+    const std::string mlp = in(pre, r.dense_mlp);
+    p.fp8_block(in(mlp, r.dense_gate), dense, h, kInv, false);
+    p.fp8_block(in(mlp, r.dense_up), dense, h, kInv, false);
+    p.fp8_block(in(mlp, r.dense_down), h, dense, kInv, false);
     return;
   }
-  p.gaussian(pre + "mlp.gate.weight", DType::BF16, {experts, h});
-  p.gaussian(pre + "mlp.gate.e_score_correction_bias", DType::F32, {experts});
+  p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {experts, h});
+  p.gaussian(in(pre, r.router_correction_bias), DType::F32, {experts});
   for (int e = 0; e < experts; ++e) {
-    const std::string x = pre + "mlp.experts." + std::to_string(e) + ".";
-    p.fp8_block(x + "gate_proj", inter, h, kInv);
-    p.fp8_block(x + "up_proj", inter, h, kInv);
-    p.fp8_block(x + "down_proj", h, inter, kInv);
+    const std::string x = expert_pre(r, pre, e);
+    p.fp8_block(in(x, r.gate), inter, h, kInv);
+    p.fp8_block(in(x, r.up), inter, h, kInv);
+    p.fp8_block(in(x, r.down), h, inter, kInv);
   }
   const int64_t shared = int_key(c, "n_shared_experts") * inter;
-  p.fp8_block(pre + "mlp.shared_experts.gate_proj", shared, h, kInv);
-  p.fp8_block(pre + "mlp.shared_experts.up_proj", shared, h, kInv);
-  p.fp8_block(pre + "mlp.shared_experts.down_proj", h, shared, kInv);
+  const std::string sh = in(pre, r.shared);
+  p.fp8_block(in(sh, r.gate), shared, h, kInv);
+  p.fp8_block(in(sh, r.up), shared, h, kInv);
+  p.fp8_block(in(sh, r.down), h, shared, kInv);
 }
 
 void dsv3(Plan& p, json& c, const Counts& n) {
@@ -512,23 +544,27 @@ void dsv3(Plan& p, json& c, const Counts& n) {
   const int64_t h = int_key(c, "hidden_size"), vocab = int_key(c, "vocab_size");
   const int64_t layers = int_key(c, "num_hidden_layers");
   const int64_t dense = int_key(c, "first_k_dense_replace");
-  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kDeepseekV3);
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int64_t l = 0; l < layers; ++l) {
-    dsv3_block(p, "model.layers." + std::to_string(l) + ".", c, n.experts, l >= dense);
+    dsv3_block(p, layer_pre(r, l), c, n.experts, l >= dense);
   }
   // MTP (next-n) layers follow the decoder layers as model.layers.{num_hidden_layers + i}.
   for (int64_t m = 0; m < int_key(c, "num_nextn_predict_layers"); ++m) {
-    const std::string pre = "model.layers." + std::to_string(layers + m) + ".";
+    const std::string pre = families::mtp_layer_prefix(r, r.layer_prefix, static_cast<int>(m),
+                                                       static_cast<int>(layers));
     p.hole(pre + "embed_tokens.weight", DType::BF16, {vocab, h});
     p.norm(pre + "enorm.weight", h);
     p.norm(pre + "hnorm.weight", h);
-    p.fp8_block(pre + "eh_proj", h, 2 * h, Fp8Scale::kF32ScaleInv, false);
+    for (std::string_view extra : r.mtp_extra) {  // eh_proj
+      p.fp8_block(in(pre, extra), h, 2 * h, Fp8Scale::kF32ScaleInv, false);
+    }
     dsv3_block(p, pre, c, n.experts, true);
     p.norm(pre + "shared_head.norm.weight", h);
     p.hole(pre + "shared_head.head.weight", DType::BF16, {vocab, h});
   }
   p.norm("model.norm.weight", h);
-  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // ----- Qwen3 MoE (ModelOpt NVFP4, BF16) -------------------------------------------------------
@@ -575,9 +611,10 @@ void qwen3(Plan& p, const json& c, const Counts& n, bool nvfp4) {
       p.bf16_linear(m, rows, cols, data);
     }
   };
-  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kQwen3);
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int l = 0; l < n.layers; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const std::string pre = layer_pre(r, l);
     p.norm(pre + "input_layernorm.weight", h);
     gqa_attention(
         p, pre, {h, heads, kv, hd}, nvfp4,
@@ -585,23 +622,23 @@ void qwen3(Plan& p, const json& c, const Counts& n, bool nvfp4) {
     p.norm(pre + "self_attn.q_norm.weight", hd);
     p.norm(pre + "self_attn.k_norm.weight", hd);
     p.norm(pre + "post_attention_layernorm.weight", h);
-    p.gaussian(pre + "mlp.gate.weight", DType::BF16, {n.experts, h});
+    p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {n.experts, h});
     for (int e = 0; e < n.experts; ++e) {
-      const std::string x = pre + "mlp.experts." + std::to_string(e) + ".";
-      linear(x + "gate_proj", inter, h, true);
-      linear(x + "up_proj", inter, h, true);
-      linear(x + "down_proj", h, inter, true);
+      const std::string x = expert_pre(r, pre, e);
+      linear(in(x, r.gate), inter, h, true);
+      linear(in(x, r.up), inter, h, true);
+      linear(in(x, r.down), h, inter, true);
     }
   }
   p.norm("model.norm.weight", h);
-  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // exclude_modules of the ModelOpt export: every router gate, and the LM head.
 json qwen3_exclude_modules(int layers) {
   std::vector<std::string> names;
-  for (int l = 0; l < layers; ++l)
-    names.push_back("model.layers." + std::to_string(l) + ".mlp.gate");
+  const FamilyNaming& r = row_of(Family::kQwen3);
+  for (int l = 0; l < layers; ++l) names.push_back(in(layer_pre(r, l), r.router));
   std::sort(names.begin(), names.end());  // the export lists them in string order
   json out = names;
   out.push_back("lm_head");
@@ -629,9 +666,10 @@ void edit_minimax_config(json& c, const Counts& n) {
 // `exclude_modules`): lm_head, then every layer's router and attention in string order.
 json minimax_exclusions(int layers) {
   std::vector<std::string> names;
+  const FamilyNaming& r = row_of(Family::kMiniMax);
   for (int l = 0; l < layers; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
-    names.push_back(pre + "block_sparse_moe.gate");
+    const std::string pre = layer_pre(r, l);
+    names.push_back(in(pre, r.router));
     names.push_back(pre + "self_attn*");
   }
   std::sort(names.begin(), names.end());
@@ -649,9 +687,10 @@ void minimax(Plan& p, const json& c, const Counts& n, bool nvfp4) {
   const int64_t h = int_key(c, "hidden_size"), inter = int_key(c, "intermediate_size");
   const int64_t heads = int_key(c, "num_attention_heads"), kv = int_key(c, "num_key_value_heads");
   const int64_t hd = int_key(c, "head_dim"), vocab = int_key(c, "vocab_size");
-  p.hole("model.embed_tokens.weight", DType::BF16, {vocab, h});
+  const FamilyNaming& r = row_of(Family::kMiniMax);
+  p.hole(std::string(r.embed) + ".weight", DType::BF16, {vocab, h});
   for (int l = 0; l < n.layers; ++l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const std::string pre = layer_pre(r, l);
     p.norm(pre + "input_layernorm.weight", h);
     // NVIDIA's export leaves attention in BF16 (self_attn* is excluded); the FP8 release
     // quantizes it like every other linear.
@@ -666,23 +705,23 @@ void minimax(Plan& p, const json& c, const Counts& n, bool nvfp4) {
     p.norm(pre + "self_attn.q_norm.weight", heads * hd);  // qk_norm_type per_layer
     p.norm(pre + "self_attn.k_norm.weight", kv * hd);
     p.norm(pre + "post_attention_layernorm.weight", h);
-    p.gaussian(pre + "block_sparse_moe.gate.weight", DType::BF16, {n.experts, h});
-    p.gaussian(pre + "block_sparse_moe.e_score_correction_bias", DType::F32, {n.experts});
+    p.gaussian(in(pre, r.router) + ".weight", DType::BF16, {n.experts, h});
+    p.gaussian(in(pre, r.router_correction_bias), DType::F32, {n.experts});
     for (int e = 0; e < n.experts; ++e) {
-      const std::string x = pre + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      const std::string x = expert_pre(r, pre, e);
       // w1 (gate) and w3 (up) are [inter, hidden]; w2 (down) is [hidden, inter].
       for (const auto& [w, rows, cols] :
-           {std::tuple{"w1", inter, h}, {"w2", h, inter}, {"w3", inter, h}}) {
+           {std::tuple{r.gate, inter, h}, {r.down, h, inter}, {r.up, inter, h}}) {
         if (nvfp4) {
-          p.nvfp4_modelopt(x + w, rows, cols);
+          p.nvfp4_modelopt(in(x, w), rows, cols);
         } else {
-          p.fp8_block(x + w, rows, cols, Fp8Scale::kF32ScaleInv);
+          p.fp8_block(in(x, w), rows, cols, Fp8Scale::kF32ScaleInv);
         }
       }
     }
   }
   p.norm("model.norm.weight", h);
-  p.hole("lm_head.weight", DType::BF16, {vocab, h});
+  p.hole(std::string(r.lm_head) + ".weight", DType::BF16, {vocab, h});
 }
 
 // The real count of a config key (full-size layouts).
