@@ -3,7 +3,9 @@
 # scripts/engines/env.sh) the newest pinned SGLang and vLLM environments, then runs
 # tests/engines/test_engine_oracle.py: the recorded verdicts (tests/engines/verdicts.json) are
 # well-formed and complete, and both engines' own config resolution, run now on the fixtures and
-# on a checkpoint `fp4moe convert` writes now, equals the recorded verdicts; and the CPU engine
+# on a checkpoint `fp4moe convert` writes now, equals the recorded verdicts (and, for a few corpus
+# configs and convert's plain ModelOpt NVFP4 output, tests/engines/corpus_verdicts.json: about a
+# minute more); and the CPU engine
 # rules (llama.cpp, kt-kernel) against the sources they cite (tests/python/test_cpu_engine_sources.py).
 #
 # First run on a fresh machine downloads torch (CUDA build, ~2.7 GB with its CUDA libraries) twice

@@ -106,6 +106,7 @@ void engine_section(std::string& out, const Engine& e) {
   for (const auto& b : e.backends) {
     std::string archs = fmt::format("{}", fmt::join(b.archs, ", "));
     if (!b.runs_on.empty()) archs += fmt::format(" (runs only on {})", fmt::join(b.runs_on, ", "));
+    if (!b.rules.empty()) archs += fmt::format(" (rule {} only)", fmt::join(b.rules, ", "));
     out += fmt::format("| `{}` | {}{}{} | {} | {} | {} | {} | {} | {} | {} |\n", b.id, b.method,
                        b.reads.empty() ? "" : " (" + b.reads + ")",
                        b.builds.empty() ? "" : " -> " + b.builds, range(b.first, b.last),

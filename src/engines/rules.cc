@@ -224,6 +224,7 @@ Result<Engine> parse_engine_json(const json& j, std::string_view label) {
     be.builds = str(b, "builds");
     be.archs = strings(b, "archs");
     be.runs_on = strings(b, "runs_on");
+    be.rules = strings(b, "rules");
     be.path = parse_path(str(b, "path"));
     be.fixes = strings(b, "fixes");
     be.source = parse_source(b.value("source", json::object()));
@@ -543,7 +544,8 @@ Verdict evaluate(const EngineAt& at, const Facts& facts, const detect::ModuleGro
   for (const Engine* e : {at.engine, &format_fallback()}) {
     for (const auto& b : e->backends) {
       if (b.method != c.method || (!b.reads.empty() && b.reads != c.reads) ||
-          !version_in(at.version, b.first, b.last) || !has(b.archs, arch)) {
+          !version_in(at.version, b.first, b.last) || !has(b.archs, arch) ||
+          (!b.rules.empty() && !has(b.rules, v.rule->id))) {
         continue;
       }
       if (b.flags.empty()) {

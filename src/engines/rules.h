@@ -61,6 +61,9 @@ struct Backend {
   std::string id, engine, method, reads, first, last, flags, kernel, precision;
   std::string builds;  // the method class the engine builds with this kernel, when it differs
   std::vector<std::string> archs, runs_on;  // runs_on empty: runs on every arch in archs
+  // Rule ids this kernel row is for (the engine picks the kernel from what that rule's dialect
+  // sets, e.g. DeepSeek-V4's nvfp4_moe_meta); empty: every rule that concludes `method`.
+  std::vector<std::string> rules;
   Path path = Path::kUnknown;
   std::vector<std::string> fixes;
   Source source;

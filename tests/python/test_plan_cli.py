@@ -322,3 +322,42 @@ def test_w4a4_on_placeholder_input_scales_is_a_warning_with_the_weight_only_flag
     # The weight-only route (sm_90: Marlin) never reads input_scale: no warning there either.
     proc, doc = plan_json(tmp_path / "default", "--engine", "vllm@0.34.0", "--target", "sm_90")
     assert not [f for f in doc["plans"][0]["findings"] if f["code"] == "engine_input_scale_placeholder"]
+
+
+# The engines' own choice on every real checkpoint's configs (tests/engines/corpus_verdicts.json,
+# recorded by scripts/engines/corpus_verdicts.py with the newest pinned SGLang, SM faked, and
+# vLLM): where the rules name a routed-expert method it is the one the engine chose; where the
+# engine chose none (it stopped, or read no quant config) the rules name none; the rows the rules
+# still leave unknown are exactly tests/engines/corpus.py's STILL_UNKNOWN.
+def test_rules_predict_the_recorded_corpus_verdicts():
+    sys.path.insert(0, str(ROOT))
+    from tests.engines import corpus as C  # noqa: E402
+
+    if not C.CORPUS_VERDICTS.exists():
+        pytest.skip("tests/engines/corpus_verdicts.json is not recorded yet")
+    doc = C.load()
+    agree, bad, unknown = 0, [], set()
+    for v in doc["verdicts"]:
+        d = CORPUS / v["checkpoint"]
+        if not d.is_dir():
+            continue  # fp4moe convert's output: tests/engines/test_corpus_verdicts.py builds it
+        assert C.config_digest(d) == doc["checkpoints"][v["checkpoint"]]["config_sha256"], d
+        target = f"sm_{v['sm']}" if v["sm"] else "sm_100"
+        proc, got = plan_json(d, "--engine", f"{v['engine']}@{v['version']}", "--target", target)
+        mods = routed(got["plans"][0]) if got and "plans" in got else []
+        # A rule that names a method counts, also where its kernel then fails on this SM.
+        predicted = {m["method"] for m in mods if m["outcome"] != "unknown" and m["method"]}
+        chose = C.engine_chose(v)
+        gap = (v["engine"], v["checkpoint"]) in C.HARNESS_GAPS
+        if not mods:
+            continue  # dense, or no config.json for fp4moe to read: no routed-expert row
+        if chose and not predicted:
+            unknown.add((v["engine"], v["checkpoint"]))
+        elif predicted and predicted != ({chose} if chose else set()) and not gap:
+            bad.append((v["engine"], v["checkpoint"], v["sm"], sorted(predicted), chose))
+        elif predicted:
+            agree += 1
+    assert agree >= 80, agree
+    assert not bad, bad
+    expected = {(e, c) for e, rows in C.STILL_UNKNOWN.items() for c in rows}
+    assert unknown == expected, (sorted(unknown - expected), sorted(expected - unknown))

@@ -55,6 +55,7 @@ TEST(EngineRules, EveryFileParsesWithSourcesAndUniqueIds) {
     for (const auto& b : e.backends) {
       EXPECT_TRUE(ids.insert(b.id).second) << "duplicate backend id " << b.id;
       EXPECT_FALSE(b.source.evidence.empty()) << b.id;
+      for (const auto& id : b.rules) EXPECT_NE(find_rule(id), nullptr) << b.id << " names " << id;
       // A CPU engine's kernels run on "cpu" only, a GPU engine's never there.
       for (const auto& arch : b.archs) EXPECT_EQ(arch == "cpu", e.device == "cpu") << b.id;
     }
