@@ -3,6 +3,7 @@
 #include "model/moe_checkpoint.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -230,13 +231,21 @@ bool is_stacked(const StoredMatrix& m) {
   return m.source_rows != m.n || m.rows.first != 0 || m.rows.stride != 1;
 }
 
-Status check_nvfp4_rows(const CheckpointDir& dir, const StoredMatrix& m, size_t weight_bytes,
-                        size_t scale_bytes) {
-  if (m.source_rows * m.k / 2 != static_cast<int64_t>(weight_bytes) ||
-      m.source_rows * (m.k / 16) != static_cast<int64_t>(scale_bytes)) {
+// NVFP4 codes and block scales of the matrix: the tensors as read, or, for some rows of a stacked
+// tensor, those rows gathered into `held` (after checking the tensors hold source_rows rows of K).
+Status select_nvfp4_rows(const CheckpointDir& dir, const StoredMatrix& m,
+                         std::span<const uint8_t>& codes, std::span<const uint8_t>& scales,
+                         std::array<std::vector<uint8_t>, 2>& held) {
+  if (!is_stacked(m)) return Status::Ok();
+  if (m.source_rows * m.k / 2 != static_cast<int64_t>(codes.size()) ||
+      m.source_rows * (m.k / 16) != static_cast<int64_t>(scales.size())) {
     return Error{dir.path().string() + ": tensor '" + m.weight->info->name + "' does not hold " +
                  std::to_string(m.source_rows) + " NVFP4 rows of K = " + std::to_string(m.k)};
   }
+  held[0] = gather_rows(codes, m, m.k / 2);
+  held[1] = gather_rows(scales, m, m.k / 16);
+  codes = held[0];
+  scales = held[1];
   return Status::Ok();
 }
 
@@ -272,13 +281,10 @@ Result<pack::PackedWeights> pack_matrix(const CheckpointDir& dir, const StoredMa
     case formats::BlockFormat::kNvfp4: {
       auto ts = tensor_scale(dir, m);
       if (!ts.ok()) return ts.error();
-      if (is_stacked(m)) {
-        FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
-        const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
-        const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
-        return pack::pack_nvfp4(name, codes, scales, *ts, m.n, m.k);
-      }
-      return pack::pack_nvfp4(name, *weight, *scale, *ts, m.n, m.k);
+      std::span<const uint8_t> codes = *weight, scales = *scale;
+      std::array<std::vector<uint8_t>, 2> held;
+      FP4MOE_RETURN_IF_ERROR(select_nvfp4_rows(dir, m, codes, scales, held));
+      return pack::pack_nvfp4(name, codes, scales, *ts, m.n, m.k);
     }
     case formats::BlockFormat::kFp8Block128Ue8m0:
       return pack::pack_fp8_block128_ue8m0(name, *weight, *scale, m.n, m.k);
@@ -315,14 +321,10 @@ Result<std::vector<float>> dequantize_matrix(const CheckpointDir& dir, const Sto
     case formats::BlockFormat::kNvfp4: {
       auto ts = tensor_scale(dir, m);
       if (!ts.ok()) return ts.error();
-      if (is_stacked(m)) {
-        FP4MOE_RETURN_IF_ERROR(check_nvfp4_rows(dir, m, weight->size(), scale->size()));
-        const std::vector<uint8_t> codes = gather_rows(*weight, m, m.k / 2);
-        const std::vector<uint8_t> scales = gather_rows(*scale, m, m.k / 16);
-        s = formats::dequantize_nvfp4(name, codes, scales, *ts, m.n, m.k, out);
-      } else {
-        s = formats::dequantize_nvfp4(name, *weight, *scale, *ts, m.n, m.k, out);
-      }
+      std::span<const uint8_t> codes = *weight, scales = *scale;
+      std::array<std::vector<uint8_t>, 2> held;
+      FP4MOE_RETURN_IF_ERROR(select_nvfp4_rows(dir, m, codes, scales, held));
+      s = formats::dequantize_nvfp4(name, codes, scales, *ts, m.n, m.k, out);
       break;
     }
     case formats::BlockFormat::kFp8Block128Ue8m0:
