@@ -34,7 +34,7 @@ QuantizedActivationBuffer::QuantizedActivationBuffer(int64_t max_rows, int64_t m
       block_(block),
       q_(static_cast<size_t>(max_rows * max_k)),
       scales_(static_cast<size_t>(max_rows * (max_k / block))),
-      sums_(scales_.size()) {
+      offsets_(scales_.size()) {
   // The SIMD quantizers work 8 lanes at a time within a block.
   FP4MOE_CHECK(block >= 8 && block % 8 == 0);
 }
@@ -46,14 +46,14 @@ void QuantizedActivationBuffer::quantize_rows(const float* x, int64_t ldx, int64
   const int64_t lds = max_k_ / block_;
   for (int64_t r = row0; r < row0 + rows; ++r) {
     quantizer(x + (r - row0) * ldx, ldx, 1, k, block_, q_.data() + r * max_k_,
-              scales_.data() + r * lds, sums_.data() + r * lds);
+              scales_.data() + r * lds, offsets_.data() + r * lds);
   }
 }
 
 kernels::QuantizedActivations QuantizedActivationBuffer::view(int64_t row0) const {
   const int64_t lds = max_k_ / block_;
   return kernels::QuantizedActivations{q_.data() + row0 * max_k_, scales_.data() + row0 * lds,
-                                       sums_.data() + row0 * lds, max_k_, lds};
+                                       offsets_.data() + row0 * lds, max_k_, lds};
 }
 
 kernels::QuantizedActivations QuantizedActivationBuffer::quantize(

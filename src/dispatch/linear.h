@@ -50,7 +50,7 @@ class QuantizedActivationBuffer {
   int block_ = 1;
   std::vector<int8_t> q_;
   std::vector<float> scales_;
-  std::vector<int32_t> sums_;
+  std::vector<int32_t> offsets_;
 };
 
 class LinearPlan {

@@ -99,20 +99,24 @@ using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, 
 // Outside that statement: blocks with amax below ~2^-119 (their scale amax / 127 is an F32
 // subnormal and keeps fewer bits) and scale products that underflow (E8M0 weight scales near
 // 2^-127); both only perturb contributions below ~1e-35.
+// The SIMD W4A8 kernels hold weight codes as u = 2 * e2m1 + kW4a8CodeOffset, in [0, 24]: the
+// int8 dot products (pmaddubsw, vpdpbusd) want one unsigned operand. Then sum(u * q) plus the
+// block's `offsets` entry, -kW4a8CodeOffset * sum(q), is sum((2 * e2m1) * q) exactly, and a kernel
+// starts its int32 sum at that entry (a broadcast load, nothing computed per token).
+inline constexpr int32_t kW4a8CodeOffset = 12;
 struct QuantizedActivations {
-  const int8_t* q;      // [m, k] codes, row stride ldq
-  const float* scales;  // [m, k / block] F32 scales, row stride lds
-  const int32_t*
-      sums;  // [m, k / block] sum of the block's codes (an offset correction), stride lds
+  const int8_t* q;         // [m, k] codes, row stride ldq
+  const float* scales;     // [m, k / block] F32 scales, row stride lds
+  const int32_t* offsets;  // [m, k / block] -kW4a8CodeOffset * (sum of the block's codes), lds
   int64_t ldq, lds;
 };
 
 // y[i, n] for tokens i < m and rows n in tiles [tile_begin, tile_end), as GemmKernel.
 using GemmW4A8Kernel = void (*)(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
                                 float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end);
-// Quantizes x [m, k] (row stride ldx) per `block` into q (stride k), scales and sums (stride
+// Quantizes x [m, k] (row stride ldx) per `block` into q (stride k), scales and offsets (stride
 // k / block). Every ISA's quantizer gives the same bits.
 using QuantizeActivationsFn = void (*)(const float* x, int64_t ldx, int64_t m, int64_t k, int block,
-                                       int8_t* q, float* scales, int32_t* sums);
+                                       int8_t* q, float* scales, int32_t* offsets);
 
 }  // namespace fp4moe::kernels

@@ -13,7 +13,7 @@ namespace fp4moe::kernels {
           int64_t tile_begin, int64_t tile_end);
 #define FP4MOE_ACT_QUANTIZER(fn, isa)                                                             \
   void fn(const float* x, int64_t ldx, int64_t m, int64_t k, int block, int8_t* q, float* scales, \
-          int32_t* sums);
+          int32_t* offsets);
 #include "kernels/kernel_list.inc"
 #undef FP4MOE_GEMM_KERNEL
 #undef FP4MOE_W4A8_KERNEL

@@ -33,9 +33,9 @@ using kernels::WeightFormat;
 struct Quantized {
   std::vector<int8_t> q;
   std::vector<float> scales;
-  std::vector<int32_t> sums;
+  std::vector<int32_t> offsets;
   kernels::QuantizedActivations view(int64_t k, int block) const {
-    return {q.data(), scales.data(), sums.data(), k, k / block};
+    return {q.data(), scales.data(), offsets.data(), k, k / block};
   }
 };
 
@@ -44,8 +44,8 @@ Quantized quantize_with(kernels::QuantizeActivationsFn fn, const std::vector<flo
   Quantized out;
   out.q.resize(m * k);
   out.scales.resize(m * (k / block));
-  out.sums.resize(out.scales.size());
-  fn(x.data(), k, m, k, block, out.q.data(), out.scales.data(), out.sums.data());
+  out.offsets.resize(out.scales.size());
+  fn(x.data(), k, m, k, block, out.q.data(), out.scales.data(), out.offsets.data());
   return out;
 }
 
@@ -96,7 +96,7 @@ TEST_P(ActivationQuantizerTest, MatchesScalarBitsAndTheDefinition) {
     const Quantized got = quantize_with(quantizer.fn, x, m, k, block);
     const Quantized want = quantize_with(scalar->fn, x, m, k, block);
     EXPECT_EQ(got.q, want.q);
-    EXPECT_EQ(got.sums, want.sums);
+    EXPECT_EQ(got.offsets, want.offsets);
     ASSERT_EQ(got.scales.size(), want.scales.size());
     for (size_t s = 0; s < got.scales.size(); ++s) {
       EXPECT_EQ(std::isnan(got.scales[s]), std::isnan(want.scales[s])) << "block " << s;
@@ -133,7 +133,7 @@ TEST_P(ActivationQuantizerTest, MatchesScalarBitsAndTheDefinition) {
         // Within half a step (plus the F32 rounding of 127 / amax and of the product).
         EXPECT_LE(std::fabs(xb[j] / amax * 127.0 - q), 0.5 + 1e-5) << "block " << s << " j " << j;
       }
-      EXPECT_EQ(got.sums[s], sum) << "block " << s;
+      EXPECT_EQ(got.offsets[s], -kernels::kW4a8CodeOffset * sum) << "block " << s;
     }
   }
 }

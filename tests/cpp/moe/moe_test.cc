@@ -152,8 +152,8 @@ void ref_expert(const TestExpert& e, const ActivationConfig& act, const float* x
     const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
     std::vector<int8_t> q(h);
     std::vector<float> scales(h / block);
-    std::vector<int32_t> sums(h / block);
-    quantizer->fn(x, h, 1, h, block, q.data(), scales.data(), sums.data());
+    std::vector<int32_t> offsets(h / block);
+    quantizer->fn(x, h, 1, h, block, q.data(), scales.data(), offsets.data());
     for (int64_t j = 0; j < h; ++j) xin[j] = double(q[j]) * scales[j / block];
   }
   auto product_tol = [block](int64_t k) {  // relative to the abs-sum, as in the kernel tests

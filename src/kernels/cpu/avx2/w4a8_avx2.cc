@@ -30,7 +30,7 @@ namespace {
 using avx2::decode_block_scales;
 using avx2::store_rows;
 
-constexpr int32_t kCodeOffset = 12;  // u = 2 * e2m1 + 12
+static_assert(kW4a8CodeOffset == 12, "the table below holds u = 2 * e2m1 + 12");
 
 inline __m256i offset_e2m1_x2_lut() {
   return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
@@ -105,11 +105,11 @@ template <int kChunks>
   return sum;
 }
 
-// total + float(sum - 12 * sum(q)) * fl(weight scale * activation scale): the scalar kernel's
-// fma, lane by lane.
+// total + float(sum + offset) * fl(weight scale * activation scale), offset = -12 * sum(q) (the
+// `offsets` entry, types.h): the scalar kernel's fma, lane by lane.
 inline __m256 accumulate_block(__m256i sum, __m256i offset, __m256 w_scale, __m256 act_scale,
                                __m256 total) {
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, offset)),
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum, offset)),
                          _mm256_mul_ps(w_scale, act_scale), total);
 }
 
@@ -133,7 +133,7 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
       BlockActivations<kChunks> a;
       broadcast_block(x.q + (i0 + i) * x.ldq + b * kBlock, a);
       const int64_t s = (i0 + i) * x.lds + b;
-      total[i] = accumulate_block(block_dot(d, a), _mm256_set1_epi32(kCodeOffset * x.sums[s]),
+      total[i] = accumulate_block(block_dot(d, a), _mm256_set1_epi32(x.offsets[s]),
                                   w_scale, _mm256_set1_ps(x.scales[s]), total[i]);
     }
     FP4MOE_MCA_BLOCK_END();
@@ -182,7 +182,7 @@ inline void w4a8_tiles_many(const PackedMatrix& w, const uint8_t* tile, const ui
         BlockActivations<kChunks> a;
         broadcast_block(x.q + (i0 + i) * x.ldq + b * kBlock, a);
         const int64_t s = (i0 + i) * x.lds + b;
-        const __m256i offset = _mm256_set1_epi32(kCodeOffset * x.sums[s]);
+        const __m256i offset = _mm256_set1_epi32(x.offsets[s]);
         const __m256 act_scale = _mm256_set1_ps(x.scales[s]);
         FP4MOE_UNROLL
         for (int t = 0; t < kTiles; ++t) {
@@ -262,7 +262,7 @@ void mxfp4_gemm_w4a8_8r_avx2(const PackedMatrix& w, const QuantizedActivations& 
 // Same operations as quantize_activations_int8_scalar (max of |x|, amax / 127, 127 / amax, one
 // F32 multiply and a round-half-even conversion per element), 8 lanes at a time; block % 8 == 0.
 void quantize_activations_int8_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, int block,
-                                    int8_t* q, float* scales, int32_t* sums) {
+                                    int8_t* q, float* scales, int32_t* offsets) {
   const int64_t blocks = k / block;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256i max_finite = _mm256_set1_epi32(0x7F7FFFFF);
@@ -288,7 +288,7 @@ void quantize_activations_int8_avx2(const float* x, int64_t ldx, int64_t m, int6
       const float amax_f = horizontal_max(amax);
       if (!finite || amax_f == 0.0f) {
         scales[s] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-        sums[s] = 0;
+        offsets[s] = 0;
         std::memset(qb, 0, static_cast<size_t>(block));
         continue;
       }
@@ -305,7 +305,7 @@ void quantize_activations_int8_avx2(const float* x, int64_t ldx, int64_t m, int6
         _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + j), _mm256_castsi256_si128(packed));
       }
       scales[s] = amax_f / 127.0f;
-      sums[s] = horizontal_sum(total);
+      offsets[s] = -kW4a8CodeOffset * horizontal_sum(total);
     }
   }
 }

@@ -72,7 +72,7 @@ void mxfp4_gemm_w4a8_8r_scalar(const PackedMatrix& w, const QuantizedActivations
 }
 
 void quantize_activations_int8_scalar(const float* x, int64_t ldx, int64_t m, int64_t k, int block,
-                                      int8_t* q, float* scales, int32_t* sums) {
+                                      int8_t* q, float* scales, int32_t* offsets) {
   const int64_t blocks = k / block;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < blocks; ++b) {
@@ -89,7 +89,7 @@ void quantize_activations_int8_scalar(const float* x, int64_t ldx, int64_t m, in
       if (!finite || amax == 0.0f) {
         // NaN makes every output of this token NaN, as the exact product would be non-finite.
         scales[s] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-        sums[s] = 0;
+        offsets[s] = 0;
         std::fill(qb, qb + block, int8_t{0});
         continue;
       }
@@ -104,7 +104,7 @@ void quantize_activations_int8_scalar(const float* x, int64_t ldx, int64_t m, in
         total += v;
       }
       scales[s] = amax / 127.0f;
-      sums[s] = total;
+      offsets[s] = -kW4a8CodeOffset * total;
     }
   }
 }
