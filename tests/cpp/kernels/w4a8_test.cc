@@ -147,12 +147,13 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 8, 17, 64, 256; N = 1, a tile - 1 / + 1,
+// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13, 17, 64, 97 (two passes of the
+// VNNI many-token path), 256; N = 1, a tile - 1 / + 1,
 // 17, 136; K = one block, three blocks, and 2048.
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 64, 256}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 17, 64, 97, 256}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
       for (int64_t k : {kb, 3 * kb, int64_t{2048}}) {
         if (m * n * k > (int64_t{1} << 24)) continue;

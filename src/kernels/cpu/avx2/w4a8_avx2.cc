@@ -133,8 +133,8 @@ inline void w4a8_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t*
       BlockActivations<kChunks> a;
       broadcast_block(x.q + (i0 + i) * x.ldq + b * kBlock, a);
       const int64_t s = (i0 + i) * x.lds + b;
-      total[i] = accumulate_block(block_dot(d, a), _mm256_set1_epi32(x.offsets[s]),
-                                  w_scale, _mm256_set1_ps(x.scales[s]), total[i]);
+      total[i] = accumulate_block(block_dot(d, a), _mm256_set1_epi32(x.offsets[s]), w_scale,
+                                  _mm256_set1_ps(x.scales[s]), total[i]);
     }
     FP4MOE_MCA_BLOCK_END();
   }

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -148,27 +150,27 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
 
 // Many tokens (m >= kManyTokensMin): K is cut into slices; for each pass of up to kPassTokens
 // tokens and each slice, the tokens' activation codes, scales and offsets are first copied once
-// into an interleaved buffer (per group of kManyMr tokens and per block: 8 offsets, 8 scales, then
-// 8 x block codes), so the inner loop addresses them from one pointer with constant displacements.
-// Then each tile pair of the range decodes its slice once into an L1/L2 buffer (u vectors and
-// weight scales per block) and register blocks of kManyMr tokens run over it: per block the
-// decoded vectors are loaded once into registers, each token's int32 sum is one vpdpbusd chain
-// that starts at its offset entry (the chains interleaved in program order), then one cvt, mul and
-// fma into its total, which stays in a register across the slice. Totals carry between slices in
-// y itself (F32, stored and reloaded exactly); the last slice applies the output scale. The
-// arithmetic per block is the scalar kernel's, so the bits agree with it.
+// into an interleaved buffer (per group of kManyMr tokens and per block: the offsets, the scales,
+// then the codes), so the inner loop addresses them from one pointer with constant displacements.
+// Then each two tile pairs of the range (32 rows) decode their slice once into a buffer (u vectors
+// and weight scales per block) and register blocks of kManyMr tokens run over it: per block and
+// k group, one broadcast of a token's 4 codes feeds both pairs' vpdpbusd, each token's int32 sums
+// are vpdpbusd chains that start at its offset entry (the 2 x MR chains interleaved in program
+// order), then one cvt, mul and fma per pair into its totals, which stay in registers across the
+// slice. Totals carry between slices in y itself (F32, stored and reloaded exactly); the last
+// slice applies the output scale. The arithmetic per block is the scalar kernel's, so the bits
+// agree with it.
 // Slice length: the activation buffer holds kActBytes of codes, so the fewer the tokens the longer
-// the slice (whole K for the MoE's few tokens per expert, up to kMaxSliceK).
+// the slice (up to kMaxSliceK).
 constexpr int64_t kManyTokensMin = 4;
-// Tokens per register block: its int32 chains and F32 totals (2 x MR zmm) plus the block's u
-// vectors and weight scales fit the 32 registers, and MR independent vpdpbusd chains keep both
-// vpdpbusd ports busy through their latency.
-template <WeightFormat kFormat>
-constexpr int kManyMr = kFormat == WeightFormat::kNvfp4 ? 8 : 8;
-constexpr int64_t kPassTokens = 64;
-constexpr int64_t kActBytes = 32 * 1024;
+// Tokens per register block: 2 pairs x MR int32 chains and F32 totals, the k group's two u vectors
+// and the two weight-scale vectors fit the 32 registers.
+constexpr int kManyMr = 6;
+constexpr int kMaxPairs = 2;
+constexpr int64_t kPassTokens = 16 * kManyMr;
+constexpr int64_t kActBytes = 48 * 1024;
 constexpr int64_t kMinSliceK = 512;
-constexpr int64_t kMaxSliceK = 4096;
+constexpr int64_t kMaxSliceK = 2048;
 
 template <WeightFormat kFormat>
 struct alignas(64) DecodedBlock {
@@ -179,9 +181,9 @@ struct alignas(64) DecodedBlock {
 // One group of kManyMr tokens at one block.
 template <WeightFormat kFormat>
 struct alignas(64) TokenBlock {
-  int32_t offset[kManyMr<kFormat>];
-  float scale[kManyMr<kFormat>];
-  int8_t q[kManyMr<kFormat>][kBlock<kFormat>];
+  int32_t offset[kManyMr];
+  float scale[kManyMr];
+  int8_t q[kManyMr][kBlock<kFormat>];
 };
 
 template <WeightFormat kFormat>
@@ -199,63 +201,107 @@ template <WeightFormat kFormat>
   }
 }
 
-// Tokens [i0, i0 + mb) at blocks [b0, b0 + nb) into groups of kManyMr: out[g * nb + b].
+// Token groups: mb tokens in `groups` groups of near-equal size (at most kManyMr each): group g
+// holds tokens [group_start(g), group_start(g + 1)). Equal groups keep every register block wide
+// (10 tokens run as 5 + 5, not 6 + 4).
+inline int64_t group_start(int64_t mb, int64_t groups, int64_t g) { return mb * g / groups; }
+
+// Tokens [i0, i0 + mb) at blocks [b0, b0 + nb) into their groups: out[g * nb + b].
 template <WeightFormat kFormat>
-inline void pack_tokens(const QuantizedActivations& x, int64_t i0, int64_t mb, int64_t b0,
-                        int64_t nb, TokenBlock<kFormat>* out) {
-  for (int64_t i = 0; i < mb; ++i) {
-    TokenBlock<kFormat>* g = out + (i / kManyMr<kFormat>) * nb;
-    const int r = static_cast<int>(i % kManyMr<kFormat>);
-    const int8_t* q = x.q + (i0 + i) * x.ldq + b0 * kBlock<kFormat>;
-    const float* sc = x.scales + (i0 + i) * x.lds + b0;
-    const int32_t* of = x.offsets + (i0 + i) * x.lds + b0;
-    for (int64_t b = 0; b < nb; ++b) {
-      g[b].offset[r] = of[b];
-      g[b].scale[r] = sc[b];
-      std::memcpy(g[b].q[r], q + b * kBlock<kFormat>, kBlock<kFormat>);
+inline void pack_tokens(const QuantizedActivations& x, int64_t i0, int64_t mb, int64_t groups,
+                        int64_t b0, int64_t nb, TokenBlock<kFormat>* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t g0 = group_start(mb, groups, g), g1 = group_start(mb, groups, g + 1);
+    for (int64_t i = g0; i < g1; ++i) {
+      TokenBlock<kFormat>* tb = out + g * nb;
+      const int r = static_cast<int>(i - g0);
+      const int8_t* q = x.q + (i0 + i) * x.ldq + b0 * kBlock<kFormat>;
+      const float* sc = x.scales + (i0 + i) * x.lds + b0;
+      const int32_t* of = x.offsets + (i0 + i) * x.lds + b0;
+      for (int64_t b = 0; b < nb; ++b) {
+        tb[b].offset[r] = of[b];
+        tb[b].scale[r] = sc[b];
+        std::memcpy(tb[b].q[r], q + b * kBlock<kFormat>, kBlock<kFormat>);
+      }
     }
   }
 }
 
-// MR tokens (rows of y, stride ldy) over nb decoded blocks: totals start at zero (first slice) or
-// at y, and end in y (times out_scale on the last slice).
-template <WeightFormat kFormat, int MR>
-[[gnu::always_inline]] inline void w4a8_slice(const DecodedBlock<kFormat>* d,
-                                              const TokenBlock<kFormat>* a, int64_t nb, float* y,
-                                              int64_t ldy, __mmask16 rows, bool first, bool last,
-                                              __m512 out_scale) {
+// Where a register block writes: NP tile pairs' rows of MR tokens (stride ldy).
+struct SliceOut {
+  float* y;
+  int64_t ldy;
+  __mmask16 rows[kMaxPairs];
+  bool first, last;
+  __m512 out_scale;
+};
+
+// MR tokens over nb blocks of NP decoded pairs (d[p * stride + b]): totals start at zero (first
+// slice) or at y, and end in y (times out_scale on the last slice).
+template <WeightFormat kFormat, int NP, int MR>
+[[gnu::always_inline]] inline void w4a8_slice(const DecodedBlock<kFormat>* d, int64_t stride,
+                                              const TokenBlock<kFormat>* a, int64_t nb,
+                                              const SliceOut& o) {
   constexpr int kU = 2 * kChunks<kFormat>;
-  __m512 total[MR];
+  __m512 total[NP][MR];
   FP4MOE_UNROLL
-  for (int i = 0; i < MR; ++i) {
-    total[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, y + i * ldy);
+  for (int p = 0; p < NP; ++p) {
+    FP4MOE_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      total[p][i] = o.first ? _mm512_setzero_ps()
+                            : _mm512_maskz_loadu_ps(o.rows[p], o.y + i * o.ldy + 16 * p);
+    }
   }
   for (int64_t b = 0; b < nb; ++b) {
     FP4MOE_MCA_BLOCK_BEGIN("w4a8_many", "avx512_vnni");
-    __m512i u[kU];
-    FP4MOE_UNROLL
-    for (int j = 0; j < kU; ++j) u[j] = _mm512_load_si512(&d[b].u[j]);
-    const __m512 w_scale = _mm512_load_ps(reinterpret_cast<const float*>(&d[b].w_scale));
     const TokenBlock<kFormat>& t = a[b];
-    // k-major over the MR chains, so independent vpdpbusd follow each other in program order.
-    __m512i acc[MR];
+    __m512i acc[NP][MR];
     FP4MOE_UNROLL
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(t.offset[i]);
+    for (int p = 0; p < NP; ++p) {
+      FP4MOE_UNROLL
+      for (int i = 0; i < MR; ++i) acc[p][i] = _mm512_set1_epi32(t.offset[i]);
+    }
+    // k-major over the chains, so independent vpdpbusd follow each other in program order.
     FP4MOE_UNROLL
     for (int j = 0; j < kU; ++j) {
+      __m512i u[NP];
+      FP4MOE_UNROLL
+      for (int p = 0; p < NP; ++p) u[p] = _mm512_load_si512(&d[p * stride + b].u[j]);
       FP4MOE_UNROLL
       for (int i = 0; i < MR; ++i) {
-        acc[i] = _mm512_dpbusd_epi32(acc[i], u[j], broadcast4(t.q[i] + 4 * j));
+        const __m512i qv = broadcast4(t.q[i] + 4 * j);
+        FP4MOE_UNROLL
+        for (int p = 0; p < NP; ++p) acc[p][i] = _mm512_dpbusd_epi32(acc[p][i], u[p], qv);
       }
     }
     FP4MOE_UNROLL
-    for (int i = 0; i < MR; ++i) total[i] = accumulate_block(acc[i], w_scale, t.scale[i], total[i]);
+    for (int p = 0; p < NP; ++p) {
+      const __m512 w_scale =
+          _mm512_load_ps(reinterpret_cast<const float*>(&d[p * stride + b].w_scale));
+      FP4MOE_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        total[p][i] = accumulate_block(acc[p][i], w_scale, t.scale[i], total[p][i]);
+      }
+    }
     FP4MOE_MCA_BLOCK_END();
   }
   FP4MOE_UNROLL
-  for (int i = 0; i < MR; ++i) {
-    _mm512_mask_storeu_ps(y + i * ldy, rows, last ? _mm512_mul_ps(total[i], out_scale) : total[i]);
+  for (int p = 0; p < NP; ++p) {
+    FP4MOE_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      _mm512_mask_storeu_ps(o.y + i * o.ldy + 16 * p, o.rows[p],
+                            o.last ? _mm512_mul_ps(total[p][i], o.out_scale) : total[p][i]);
+    }
   }
+}
+
+// fn(std::integral_constant<int, n>{}) for a group of n = 1 .. kManyMr tokens.
+template <class Fn>
+[[gnu::always_inline]] inline void with_group_size(int64_t n, Fn&& fn) {
+  [&]<int... kN>(std::integer_sequence<int, kN...>) {
+    ((n == kN + 1 ? fn(std::integral_constant<int, kN + 1>{}) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kManyMr>{});
 }
 
 template <WeightFormat kFormat>
@@ -263,30 +309,49 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
                int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   constexpr int kB = kBlock<kFormat>;
   constexpr int64_t kMaxSliceBlocks = kMaxSliceK / kB;
-  constexpr int64_t kMaxGroupBlocks = kActBytes / (kManyMr<kFormat> * kB);  // groups x blocks per slice
+  constexpr int64_t kMaxGroupBlocks = kActBytes / (kManyMr * kB);  // groups x blocks per slice
+  // The fullest pass (kPassTokens / kManyMr groups) at the shortest slice fits the buffer.
+  static_assert(kPassTokens / kManyMr * (kMinSliceK / kB) <= kMaxGroupBlocks);
   const int64_t k_blocks = w.k / kB;
-  const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
-  DecodedBlock<kFormat> decoded[kMaxSliceBlocks];
+  DecodedBlock<kFormat> decoded[kMaxPairs * kMaxSliceBlocks];
   TokenBlock<kFormat> act[kMaxGroupBlocks];
-  for (int64_t i0 = 0; i0 < m; i0 += kPassTokens) {
-    const int64_t mb = std::min(kPassTokens, m - i0);
-    const int64_t groups = (mb + kManyMr<kFormat> - 1) / kManyMr<kFormat>;
+  SliceOut o;
+  o.ldy = ldy;
+  o.out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
+  // Passes of near-equal size, at most kPassTokens each.
+  const int64_t passes = (m + kPassTokens - 1) / kPassTokens;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    const int64_t i0 = m * pass / passes, mb = m * (pass + 1) / passes - i0;
+    const int64_t groups = (mb + kManyMr - 1) / kManyMr;
     const int64_t slice_blocks =
         std::clamp(kMaxGroupBlocks / groups, kMinSliceK / kB, kMaxSliceBlocks);
     for (int64_t b0 = 0; b0 < k_blocks; b0 += slice_blocks) {
       const int64_t nb = std::min(slice_blocks, k_blocks - b0);
-      const bool first = b0 == 0, last = b0 + nb == k_blocks;
-      pack_tokens(x, i0, mb, b0, nb, act);
-      for (int64_t t = tile_begin; t < tile_end; t += 2) {
-        const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
-        decode_slice(p, b0, nb, decoded);
-        float* yt = y + i0 * ldy + p.first_row;
-        const __mmask16 rows = row_mask(p.rows);
-        for_token_groups<kManyMr<kFormat>>(mb, [&](auto mr, int64_t i) {
-          w4a8_slice<kFormat, decltype(mr)::value>(decoded, act + (i / kManyMr<kFormat>) * nb, nb,
-                                                   yt + i * ldy, ldy, rows, first, last,
-                                                   out_scale);
-        });
+      o.first = b0 == 0;
+      o.last = b0 + nb == k_blocks;
+      pack_tokens(x, i0, mb, groups, b0, nb, act);
+      // Two tile pairs (4 tiles) at a time; a range's last 1-3 tiles run as one or two pairs.
+      for (int64_t t = tile_begin; t < tile_end; t += 2 * kMaxPairs) {
+        const int np = t + 2 < tile_end ? 2 : 1;
+        for (int p = 0; p < np; ++p) {
+          const Fp4TilePair pair = avx512::fp4_tile_pair(w, t + 2 * p, tile_end);
+          decode_slice(pair, b0, nb, decoded + p * nb);
+          o.rows[p] = row_mask(pair.rows);
+        }
+        float* yt = y + i0 * ldy + t * kTileRows;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t g0 = group_start(mb, groups, g);
+          SliceOut og = o;
+          og.y = yt + g0 * ldy;
+          const TokenBlock<kFormat>* ag = act + g * nb;
+          with_group_size(group_start(mb, groups, g + 1) - g0, [&](auto mr) {
+            if (np == 2) {
+              w4a8_slice<kFormat, 2, decltype(mr)::value>(decoded, nb, ag, nb, og);
+            } else {
+              w4a8_slice<kFormat, 1, decltype(mr)::value>(decoded, nb, ag, nb, og);
+            }
+          });
+        }
       }
     }
   }
