@@ -50,13 +50,20 @@ GGML_VARIANTS = [  # (name, ggml type, repack, our format compared with)
     ("ggml q4_0", "q4_0", False, "nvfp4"),
     ("ggml q4_0 repack", "q4_0", True, "nvfp4"),
 ]
-# (name, method, our format compared with, environment): kt-kernel picks its MXFP4 backend itself
-# (KT_MXFP4_BACKEND overrides it); NVFP4 runs only on its AVX2 FP4 backend.
+# (name, method, our format compared with, environment): kt-kernel picks its FP4 backend itself
+# (AMXFP4_KGroup_MOE where AVX512-BF16 is; KT_MXFP4_BACKEND=avx2 selects AVX2MXFP4_MOE). Its
+# NVFP4 (group 16) runs only on the AVX2 one: on the default backend its
+# NativeMoEWrapper.load_weights refuses NVFP4, and that row says so.
 KT_VARIANTS = [
     ("kt-kernel MXFP4", "MXFP4", "mxfp4", {}),
     ("kt-kernel MXFP4 avx2", "MXFP4", "mxfp4", {"KT_MXFP4_BACKEND": "avx2"}),
-    ("kt-kernel NVFP4", "NVFP4", "nvfp4", {"KT_MXFP4_BACKEND": "avx2"}),
+    ("kt-kernel NVFP4", "NVFP4", "nvfp4", {}),
+    ("kt-kernel NVFP4 avx2", "NVFP4", "nvfp4", {"KT_MXFP4_BACKEND": "avx2"}),
 ]
+# kt-kernel's output is compared with a float reference of the same MoE on this many tokens of
+# each batch (the first ones); a relative error (L2 over those tokens) above the bound is an error.
+KT_CHECK_TOKENS = 2
+KT_CHECK_MAX_REL_ERR = 0.05
 
 GIB = 1 << 30
 
@@ -434,53 +441,106 @@ def ggml_lib_dir() -> str:
 
 # --- kt-kernel through its public Python API (in a child process) ---------------------------
 
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def kt_expert_keys(method: str, expert: int) -> tuple:
+    """The (gate, up, down) tensor prefixes of one expert in the checkpoints kt_write_checkpoint
+    writes: DeepSeek-V4-Flash's stock MXFP4 names (ffn.experts.{i}.w1/w3/w2), ModelOpt NVFP4
+    names (mlp.experts.{i}.gate/up/down_proj), and the FP8 shared expert as expert 0 of layer 1
+    (its own one-expert layer)."""
+    if method == "MXFP4":
+        return tuple(f"model.layers.0.ffn.experts.{expert}.{p}" for p in ("w1", "w3", "w2"))
+    layer = 1 if method == "FP8" else 0
+    return tuple(f"model.layers.{layer}.mlp.experts.{expert}.{p}"
+                 for p in ("gate_proj", "up_proj", "down_proj"))
+
 
 def kt_write_checkpoint(method: str, path: str) -> None:
-    """A one-layer checkpoint in the layout kt-kernel's loaders read: DeepSeek-V4-Flash's stock
-    MXFP4 experts (ffn.experts.{i}.w1/w3/w2 .weight + ue8m0 .scale), or ModelOpt NVFP4
-    (mlp.experts.{i}.gate/up/down_proj .weight + e4m3 .weight_scale + .weight_scale_2), or the
-    FP8 block-128 shared expert as a one-expert layer (weight_scale_inv)."""
+    """A one-layer checkpoint in the layout kt-kernel's loaders read: MXFP4 (.weight E2M1 codes +
+    ue8m0 .scale per 32), NVFP4 (.weight + e4m3 .weight_scale per 16 + .weight_scale_2), or the
+    FP8 block-128 shared expert (.weight_scale_inv). The routed experts are distinct (the codes
+    XOR the expert's index, at the cost of the copy each needs anyway), so a token computed with
+    the wrong expert shows in the reference check."""
     import numpy as np
     import torch
     from safetensors.torch import save_file
 
     rng = np.random.default_rng(3)
     H, I = MOE_HIDDEN, MOE_INTER
+    shapes = ((I, H), (I, H), (H, I))  # gate, up, down: [N, K]
     t = {}
-    if method == "MXFP4":
-        proj = {"w1": (I, H), "w3": (I, H), "w2": (H, I)}
-        pats = {}
-        for name, (n, k) in proj.items():
+    if method in ("MXFP4", "NVFP4"):
+        pats = []
+        for n, k in shapes:
             w = torch.from_numpy(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8))
-            s = torch.from_numpy(rng.integers(118, 124, size=(n, k // 32), dtype=np.uint8))
-            pats[name] = (w, s)
+            if method == "MXFP4":
+                s = torch.from_numpy(rng.integers(118, 124, size=(n, k // 32), dtype=np.uint8))
+            else:
+                s = torch.from_numpy(rng.uniform(0.01, 0.2, size=(n, k // 16)).astype(np.float32))
+                s = s.to(torch.float8_e4m3fn)
+            pats.append((w, s))
         for e in range(MOE_EXPERTS):
-            for name, (w, s) in pats.items():
-                t[f"model.layers.0.ffn.experts.{e}.{name}.weight"] = w.clone()
-                t[f"model.layers.0.ffn.experts.{e}.{name}.scale"] = s.clone()
-    elif method == "NVFP4":
-        proj = {"gate_proj": (I, H), "up_proj": (I, H), "down_proj": (H, I)}
-        pats = {}
-        for name, (n, k) in proj.items():
-            w = torch.from_numpy(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8))
-            s = torch.from_numpy(rng.uniform(0.01, 0.2, size=(n, k // 16)).astype(np.float32))
-            pats[name] = (w, s.to(torch.float8_e4m3fn))
-        for e in range(MOE_EXPERTS):
-            for name, (w, s) in pats.items():
-                p = f"model.layers.0.mlp.experts.{e}.{name}"
-                t[f"{p}.weight"] = w.clone()
-                t[f"{p}.weight_scale"] = s.clone()
-                t[f"{p}.weight_scale_2"] = torch.tensor(0.01, dtype=torch.float32)
+            for key, (w, s) in zip(kt_expert_keys(method, e), pats):
+                t[f"{key}.weight"] = torch.bitwise_xor(w, e & 0xFF)
+                if method == "MXFP4":
+                    t[f"{key}.scale"] = s.clone()
+                else:
+                    t[f"{key}.weight_scale"] = s.clone()
+                    t[f"{key}.weight_scale_2"] = torch.tensor(0.01, dtype=torch.float32)
     elif method == "FP8":
-        for name, (n, k) in {"gate_proj": (I, H), "up_proj": (I, H), "down_proj": (H, I)}.items():
-            p = f"model.layers.1.mlp.experts.0.{name}"  # the shared expert runs as layer 1
+        for key, (n, k) in zip(kt_expert_keys(method, 0), shapes):
             w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
-            t[f"{p}.weight"] = torch.from_numpy(w).to(torch.float8_e4m3fn)
-            t[f"{p}.weight_scale_inv"] = torch.full((n // 128, k // 128), 0.01, dtype=torch.float32)
+            t[f"{key}.weight"] = torch.from_numpy(w).to(torch.float8_e4m3fn)
+            t[f"{key}.weight_scale_inv"] = torch.full((n // 128, k // 128), 0.01,
+                                                      dtype=torch.float32)
     else:
         raise ValueError(method)
     os.makedirs(path, exist_ok=True)
     save_file(t, os.path.join(path, "model.safetensors"))
+
+
+def kt_dequantize(method: str, get, key: str):
+    """One projection of a checkpoint as float32 [N, K]; get(name) reads a tensor. MXFP4: E2M1
+    codes (low nibble first) times 2^(e8m0 - 127) per 32; NVFP4: the same codes times the e4m3
+    weight_scale per 16 times weight_scale_2; FP8: e4m3 times weight_scale_inv per 128x128."""
+    import torch
+
+    if method == "FP8":
+        w = get(f"{key}.weight").to(torch.float32)
+        s = get(f"{key}.weight_scale_inv").to(torch.float32)
+        return w * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:w.shape[0], :w.shape[1]]
+    codes = get(f"{key}.weight").view(torch.uint8)
+    lut = torch.tensor(E2M1, dtype=torch.float32)
+    w = torch.stack((lut[(codes & 15).long()], lut[(codes >> 4).long()]), dim=-1).flatten(1)
+    if method == "MXFP4":
+        s = torch.exp2(get(f"{key}.scale").view(torch.uint8).to(torch.float32) - 127)
+        return w * s.repeat_interleave(32, 1)
+    s = get(f"{key}.weight_scale").to(torch.float32) * get(f"{key}.weight_scale_2").float()
+    return w * s.repeat_interleave(16, 1)
+
+
+def kt_reference(method: str, path: str, x, ids, weights):
+    """The MoE in float32 from the checkpoint at path, for a few tokens: out[t] = sum over j of
+    weights[t, j] * down(silu(gate(x[t])) * up(x[t])) with expert ids[t, j]; x [T, hidden]."""
+    import torch
+    from safetensors import safe_open
+
+    out = torch.zeros((x.shape[0], MOE_HIDDEN), dtype=torch.float32)
+    with safe_open(os.path.join(path, "model.safetensors"), framework="pt") as f:
+        for e in sorted(set(ids.flatten().tolist())):
+            gate, up, down = (kt_dequantize(method, f.get_tensor, k)
+                              for k in kt_expert_keys(method, e))
+            y = (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+            for t, j in torch.nonzero(ids == e).tolist():
+                out[t] += float(weights[t, j]) * y[t]
+    return out
+
+
+def rel_err(y, ref) -> float:
+    """||y - ref|| / ||ref|| (L2 over all elements); NaN when y is not finite."""
+    d = y.float() - ref
+    return float(d.norm() / ref.norm())
 
 
 def unpin_torch(torch) -> None:
@@ -501,7 +561,9 @@ def unpin_torch(torch) -> None:
 def kt_worker(method: str, batches: list[int], seconds: float, workdir: str) -> dict:
     """Runs in a child process: kt-kernel's routed-expert MoE (method MXFP4 or NVFP4) plus the
     shared expert (method FP8, one expert, top-1, weight 1), both through KTMoEWrapper; routing is
-    the caller's in kt-kernel (its GPU side computes it), so random top-6 ids are given."""
+    the caller's in kt-kernel (its GPU side computes it), so random top-6 ids and weights are
+    given. The first call of each batch (untimed) is checked on its first KT_CHECK_TOKENS tokens
+    against kt_reference; a batch whose output is wrong is an error, not a time."""
     import numpy as np
     import torch
 
@@ -513,51 +575,116 @@ def kt_worker(method: str, batches: list[int], seconds: float, workdir: str) -> 
     import kt_kernel
     from kt_kernel import KTMoEWrapper
 
+    try:
+        from kt_kernel.experts_base import KExpertsCPUBuffer
+    except ImportError:
+        KExpertsCPUBuffer = None
     info = {"cpu_variant": getattr(kt_kernel, "__cpu_variant__", "?"),
             "version": getattr(kt_kernel, "__version__", "?"),
             "pinned_memory_dropped": not torch.cuda.is_available(),
-            "KT_FORCE_SYNC_SUBMIT": os.environ.get("KT_FORCE_SYNC_SUBMIT")}
+            "KT_FORCE_SYNC_SUBMIT": os.environ.get("KT_FORCE_SYNC_SUBMIT"),
+            "KT_MXFP4_BACKEND": os.environ.get("KT_MXFP4_BACKEND"),
+            "check": f"first {KT_CHECK_TOKENS} tokens of each batch vs a float32 reference, "
+                     f"relative error <= {KT_CHECK_MAX_REL_ERR}"}
+    out = {"info": info, "results": {}}
     threads = os.cpu_count() or 1
-    layers = {}
-    # Distinct layer indices: kt-kernel keys its host buffers (input, output) by layer.
+    layers, paths = {}, {}
+    # Distinct layer indices: kt-kernel keys its host buffers' slot by layer.
     for layer, (name, m, experts) in enumerate((("routed", method, MOE_EXPERTS),
                                                 ("shared", "FP8", 1))):
-        path = os.path.join(workdir, f"{name}-{m}")
+        path = paths[name] = os.path.join(workdir, f"{name}-{m}")
         if not os.path.exists(os.path.join(path, "model.safetensors")):
             kt_write_checkpoint(m, path)
-        w = KTMoEWrapper(layer_idx=layer, num_experts=experts,
-                         num_experts_per_tok=MOE_TOP_K if experts > 1 else 1,
-                         hidden_size=MOE_HIDDEN, moe_intermediate_size=MOE_INTER,
-                         gpu_experts_mask=None, cpuinfer_threads=threads, threadpool_count=1,
-                         weight_path=path, chunked_prefill_size=max(batches), method=m)
-        w.load_weights(torch.arange(experts, dtype=torch.int64))
+        try:
+            w = KTMoEWrapper(layer_idx=layer, num_experts=experts,
+                             num_experts_per_tok=MOE_TOP_K if experts > 1 else 1,
+                             hidden_size=MOE_HIDDEN, moe_intermediate_size=MOE_INTER,
+                             gpu_experts_mask=None, cpuinfer_threads=threads, threadpool_count=1,
+                             weight_path=path, chunked_prefill_size=max(batches), method=m)
+            w.load_weights(torch.arange(experts, dtype=torch.int64))
+        except Exception as e:  # e.g. NVFP4 on its AMX backend: a row with kt-kernel's reason
+            return {"info": info, "error": f"kt-kernel refuses the {name} layer ({m}): "
+                                           f"{type(e).__name__}: {e}"}
         # The native loader is a process-wide singleton bound to the first weight_path.
         if hasattr(type(w), "force_release_loader"):
             type(w).force_release_loader()
         layers[name] = w
         info[f"{name}_backend"] = type(getattr(w, "moe", None)).__name__
+
+    # kt-kernel caches the host buffers of a forward (input, expert ids, weights, output) in
+    # KExpertsCPUBuffer keyed by the batch size alone, shaped by the top-k of the layer that
+    # allocated them. The shared layer (top-1) would be handed the routed layer's top-6 buffers:
+    # its (b, 1) ids broadcast into (b, 6) (expert 0 six times, weight 1 each) and its forward
+    # task told k = 6, which its native scratch (rows: max_len x top-1, plus one M_STEP) does not
+    # hold: a near-zero output at batch 1, six times the expert's output above, NaN once 6 x
+    # batch is well past chunked_prefill_size. So each layer keeps its own buffers here
+    # (installed as the cache's current entry before its forward), or the cache is cleared before
+    # each forward where this kt-kernel has no such cache.
+    own: dict = {}
+
+    def forward(name, x, ids, wts):
+        key = (name, x.shape[0])
+        if KExpertsCPUBuffer is not None and key in own:
+            KExpertsCPUBuffer.temp_bs, KExpertsCPUBuffer.temp_buffer = x.shape[0], own[key]
+        else:
+            KTMoEWrapper.clear_buffer_cache()
+        y = layers[name].forward(x, ids, wts, 0)
+        if KExpertsCPUBuffer is not None:
+            own[key] = KExpertsCPUBuffer.temp_buffer
+        return y
+
     rng = np.random.default_rng(5)
-    out = {"info": info, "results": {}}
+    K = MOE_TOP_K
+
+    def route(b: int):
+        ids = np.stack([rng.choice(MOE_EXPERTS, K, replace=False) for _ in range(b)])
+        wts = rng.uniform(0.05, 1.0, size=(b, K)).astype(np.float32)
+        return ids, wts / wts.sum(1, keepdims=True)
+
+    # The checked tokens: the same inputs and routing at every batch, so the reference (which
+    # dequantizes each expert they use) is computed once.
+    c_x = torch.from_numpy(rng.standard_normal((KT_CHECK_TOKENS, MOE_HIDDEN)).astype(np.float32))
+    c_x = c_x.to(torch.bfloat16)
+    c_ids, c_w = route(KT_CHECK_TOKENS)
+    ref = {"routed": kt_reference(method, paths["routed"], c_x.float(), torch.from_numpy(c_ids),
+                                  torch.from_numpy(c_w)),
+           "shared": kt_reference("FP8", paths["shared"], c_x.float(),
+                                  torch.zeros((KT_CHECK_TOKENS, 1), dtype=torch.int64),
+                                  torch.ones((KT_CHECK_TOKENS, 1)))}
+
     for b in batches:
-        def call() -> tuple[float, int]:
+        def call(check: dict | None = None) -> tuple[float, int]:
             x = torch.from_numpy(rng.standard_normal((b, MOE_HIDDEN)).astype(np.float32))
             x = x.to(torch.bfloat16)
-            ids = np.stack([rng.choice(MOE_EXPERTS, MOE_TOP_K, replace=False) for _ in range(b)])
-            wts = torch.full((b, MOE_TOP_K), 1.0 / MOE_TOP_K, dtype=torch.float32)
+            ids, wts = route(b)
+            c = min(b, KT_CHECK_TOKENS)
+            if check is not None:
+                x[:c], ids[:c], wts[:c] = c_x[:c], c_ids[:c], c_w[:c]
+            ids_t = torch.from_numpy(ids.astype(np.int64))
+            wts_t = torch.from_numpy(wts)
             sh_ids = torch.zeros((b, 1), dtype=torch.int64)
             sh_w = torch.ones((b, 1), dtype=torch.float32)
-            ids_t = torch.from_numpy(ids.astype(np.int64))
             t0 = time.perf_counter()
-            y = layers["routed"].forward(x, ids_t, wts, 0)
-            ys = layers["shared"].forward(x, sh_ids, sh_w, 0)
+            y = forward("routed", x, ids_t, wts_t)
+            ys = forward("shared", x, sh_ids, sh_w)
             s = time.perf_counter() - t0
-            checks.append(bool(y.abs().sum() > 0 and ys.abs().sum() > 0))
+            if check is not None:
+                check["routed"] = rel_err(y[:c], ref["routed"][:c])
+                check["shared"] = rel_err(ys[:c], ref["shared"][:c])
             return s, len(np.unique(ids))
 
-        checks: list = []
-        call()
-        if not checks[0]:
-            raise RuntimeError("kt-kernel returned an all-zero output: the MoE did not run")
+        check: dict = {}
+        try:
+            call(check)
+        except Exception as e:
+            out["results"][str(b)] = {"error": f"kt-kernel forward failed: {type(e).__name__}: {e}"}
+            continue
+        if not all(v <= KT_CHECK_MAX_REL_ERR for v in check.values()):  # NaN fails too
+            out["results"][str(b)] = {
+                "error": f"kt-kernel output wrong: relative error {check['routed']:.3g} (routed), "
+                         f"{check['shared']:.3g} (shared) vs a float32 reference of the same MoE "
+                         f"on {min(b, KT_CHECK_TOKENS)} tokens", "rel_err": check}
+            continue
         total, calls, experts = 0.0, 0, 0
         while total < seconds or calls == 0:
             s, distinct = call()
@@ -569,7 +696,7 @@ def kt_worker(method: str, batches: list[int], seconds: float, workdir: str) -> 
         bytes_per_call = shared_bytes + experts / calls * fp4_expert
         us = total / calls * 1e6
         out["results"][str(b)] = {"us": us, "calls": calls, "bytes_per_call": bytes_per_call,
-                                  "gbps": bytes_per_call / us / 1e3}
+                                  "gbps": bytes_per_call / us / 1e3, "rel_err": check}
     return out
 
 
@@ -608,6 +735,8 @@ def make_row(kind: str, label: str, tokens: int, peer: str, peer_fmt: str, peer_
     dot-product peak (w4a8)."""
     row = {"kind": kind, "shape": label, "tokens": tokens, "peer": peer, "format": peer_fmt,
            "flops": flops}
+    if peer_result and "rel_err" in peer_result:  # kt-kernel: its output vs a float reference
+        row["peer_rel_err"] = peer_result["rel_err"]
     if peer_result is None or "error" in peer_result:
         row["peer_error"] = (peer_result or {}).get("error", "not run")
         row["peer_us"] = None
@@ -809,7 +938,9 @@ def run_all(args, ours: Ours, ggml_factory, kt_runner) -> dict:
             for peer, method, _, env in kt_variants:
                 log(f"{peer} MoE batches {batches}")
                 r = kt_runner(method, env, batches, args.seconds)
-                kt_info[peer] = r.get("info", {"error": r.get("error")})
+                kt_info[peer] = dict(r.get("info", {}))
+                if "error" in r:
+                    kt_info[peer]["error"] = r["error"]
                 for b in batches:
                     moe_peer[(b, peer)] = (r["results"].get(str(b), {"error": "no result"})
                                            if "results" in r else {"error": r["error"]})
