@@ -232,9 +232,19 @@ struct SliceOut {
   float* y;
   int64_t ldy;
   __mmask16 rows[kMaxPairs];
+  int row_count[kMaxPairs];
   bool first, last;
   __m512 out_scale;
 };
+
+// The first `rows` floats at p, zeros after them, reading nothing past them (a plain masked load
+// would do, but SIMDe, which the emulated test build runs this file through, lacks one).
+inline __m512 load_rows(const float* p, int rows) {
+  if (rows == 2 * kTileRows) return _mm512_loadu_ps(p);
+  alignas(64) float tmp[2 * kTileRows] = {};
+  std::memcpy(tmp, p, sizeof(float) * static_cast<size_t>(rows));
+  return _mm512_load_ps(tmp);
+}
 
 // MR tokens over nb blocks of NP decoded pairs (d[p * stride + b]): totals start at zero (first
 // slice) or at y, and end in y (times out_scale on the last slice).
@@ -248,8 +258,8 @@ template <WeightFormat kFormat, int NP, int MR>
   for (int p = 0; p < NP; ++p) {
     FP4MOE_UNROLL
     for (int i = 0; i < MR; ++i) {
-      total[p][i] = o.first ? _mm512_setzero_ps()
-                            : _mm512_maskz_loadu_ps(o.rows[p], o.y + i * o.ldy + 16 * p);
+      total[p][i] =
+          o.first ? _mm512_setzero_ps() : load_rows(o.y + i * o.ldy + 16 * p, o.row_count[p]);
     }
   }
   for (int64_t b = 0; b < nb; ++b) {
@@ -337,6 +347,7 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
           const Fp4TilePair pair = avx512::fp4_tile_pair(w, t + 2 * p, tile_end);
           decode_slice(pair, b0, nb, decoded + p * nb);
           o.rows[p] = row_mask(pair.rows);
+          o.row_count[p] = pair.rows;
         }
         float* yt = y + i0 * ldy + t * kTileRows;
         for (int64_t g = 0; g < groups; ++g) {
