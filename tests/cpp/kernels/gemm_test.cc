@@ -39,9 +39,11 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// Shape classes: M = 1, 2, 3, the 4-token tile of the direct kernels - 1, tile, tile + 1, the
-// 8-token tile of the AVX2 panel kernel (M >= 8) - 1, tile, tile + 1, 13, 17, 64, 256 (past the
-// 96-token panel block); N = 1, an 8-row
+// Shape classes: M = 1, 2, 3, the 4-token tile of the direct kernels - 1, tile, tile + 1 (also the
+// first M of the AVX-512 panel path, M >= 5), the 8-token tile of the AVX2 panel kernel (M >= 8)
+// - 1, tile, tile + 1, 12 (one whole 12-token AVX-512 block), 13 (split 7 + 6), 17, 25 (past the
+// 24-token block of a lone AVX-512 tile pair), 64, 256 (past the 96-token panel block); N = 1, an
+// 8-row
 // tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing a 128-row FP8 scale block; K =
 // the smallest legal, K not a multiple of the chunk (FP8), a partial 128-block (FP8) and a large
 // K (several 512-k panels).
@@ -55,7 +57,7 @@ std::vector<Shape> shapes_for(WeightFormat format) {
   }
   const std::vector<int64_t> ns = {1, 7, 9, 15, 17, 136};
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17, 64, 256}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 25, 64, 256}) {
     for (size_t i = 0; i < ns.size(); ++i) {
       for (int64_t k : ks) {
         // Keep the FP64 reference affordable: the big M only with the smaller (N, K) pairs.
@@ -124,20 +126,25 @@ TEST_P(GemmKernelTest, TileRangesComposeExactly) {
   const uint32_t seed = 0xC0FFEEu + static_cast<uint32_t>(kernel.isa);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const int64_t m = 3, n = 8 * 37 + 3, k = 256;
+  const int64_t n = 8 * 37 + 3, k = 256;
   testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
-  const std::vector<float> x = testing::random_activations(m, k, rng);
   const int64_t tiles = w.packed.view().n_tiles;
-  std::vector<float> whole(m * n);
-  kernel.fn(w.packed.view(), x.data(), k, m, whole.data(), n, 0, tiles);
-  // Odd boundaries on purpose: an AVX-512 kernel pairs tiles and must cope with a lone one.
-  const int64_t bounds[] = {0, 5, 6, 17, tiles};
-  for (size_t p = 0; p + 1 < std::size(bounds); ++p) {
-    SCOPED_TRACE("tiles [" + std::to_string(bounds[p]) + ", " + std::to_string(bounds[p + 1]) +
-                 ")");
-    std::vector<float> piece(m * n, std::nanf(""));
-    kernel.fn(w.packed.view(), x.data(), k, m, piece.data(), n, bounds[p], bounds[p + 1]);
-    testing::expect_only_tile_range_written(piece, whole, m, n, bounds[p], bounds[p + 1]);
+  // 3 tokens: the direct kernels; 13: the panel kernels (AVX2 from 8 tokens, AVX-512 from 5,
+  // which block tiles in pairs of pairs and must cope with 1-3 tiles left over).
+  for (const int64_t m : {3, 13}) {
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const std::vector<float> x = testing::random_activations(m, k, rng);
+    std::vector<float> whole(m * n);
+    kernel.fn(w.packed.view(), x.data(), k, m, whole.data(), n, 0, tiles);
+    // Odd boundaries on purpose: an AVX-512 kernel pairs tiles and must cope with a lone one.
+    const int64_t bounds[] = {0, 5, 6, 17, tiles};
+    for (size_t p = 0; p + 1 < std::size(bounds); ++p) {
+      SCOPED_TRACE("tiles [" + std::to_string(bounds[p]) + ", " + std::to_string(bounds[p + 1]) +
+                   ")");
+      std::vector<float> piece(m * n, std::nanf(""));
+      kernel.fn(w.packed.view(), x.data(), k, m, piece.data(), n, bounds[p], bounds[p + 1]);
+      testing::expect_only_tile_range_written(piece, whole, m, n, bounds[p], bounds[p + 1]);
+    }
   }
 }
 
