@@ -137,6 +137,69 @@ inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, floa
   }
 }
 
+// FP8: the AVX2 FP16 route per tile (see gemm_avx2.cc), then the two tiles' 8-row halves of one k
+// are joined (vperm2i128) so one vcvtph2ps makes 16 rows.
+inline __m256i e4m3_to_fp16_words(__m256i bytes_as_words) {
+  return _mm256_and_si256(_mm256_srai_epi16(bytes_as_words, 1),
+                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+}
+
+// The 16 rows of an FP8 tile pair at the 4 k of one chunk (a: rows 0-7, b: rows 8-15 or zeros),
+// as F32 times 2^-8 (the FP16 route's bias).
+inline void fp8_chunk_rows(const uint8_t* a, const uint8_t* b, __m512 (&wk)[kFp8ChunkK]) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+  const __m256i vb = b == nullptr ? zero : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+  const __m256i ea = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, va));  // k0 | k2
+  const __m256i oa = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, va));  // k1 | k3
+  const __m256i eb = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, vb));
+  const __m256i ob = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, vb));
+  wk[0] = _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x20));
+  wk[1] = _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x20));
+  wk[2] = _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x31));
+  wk[3] = _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x31));
+}
+
+// FP8 tiles t and t + 1 from an even t (both in one 128-row scale block), or tile t alone.
+struct Fp8Pair {
+  const uint8_t* codes_a;
+  const uint8_t* codes_b;  // nullptr: a lone tile
+  const float* scales;     // the pair's row of [ceil(n/128), ceil(k/128)] scales
+  int rows;
+  int64_t first_row;
+};
+
+inline Fp8Pair fp8_pair_at(const PackedMatrix& w, int64_t t, bool with_next) {
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  Fp8Pair p;
+  p.codes_a = w.codes + t * w.chunks * kChunkBytes;
+  p.codes_b = with_next ? p.codes_a + w.chunks * kChunkBytes : nullptr;
+  p.scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
+  p.rows = static_cast<int>(
+      std::min<int64_t>(with_next ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
+  p.first_row = t * kTileRows;
+  return p;
+}
+
+// Rows of an FP8 pair, k in [k0, k0 + kc) (k0 a multiple of 128, kc <= 128: one scale block), into
+// panel[k - k0][lane] times the block's scale: e4m3 x scale rounded once to F32 (the one rounding
+// of a weight, inside the tests' (K + 4) * 2^-24 bound). Past K the codes are zero padding.
+inline void decode_fp8_panel(const Fp8Pair& p, int64_t k0, int64_t kc, float* panel, int64_t ld) {
+  const __m512 scale = _mm512_set1_ps(p.scales[k0 / kFp8ScaleBlock] * 256.0f);
+  const int64_t c0 = k0 / kFp8ChunkK, c1 = (k0 + kc + kFp8ChunkK - 1) / kFp8ChunkK;
+  prefetch_ahead(p.codes_a + c0 * kChunkBytes, (c1 - c0) * kChunkBytes);
+  prefetch_ahead(p.codes_b == nullptr ? nullptr : p.codes_b + c0 * kChunkBytes,
+                 (c1 - c0) * kChunkBytes);
+  for (int64_t c = c0; c < c1; ++c) {
+    __m512 wk[kFp8ChunkK];
+    fp8_chunk_rows(p.codes_a + c * kChunkBytes,
+                   p.codes_b == nullptr ? nullptr : p.codes_b + c * kChunkBytes, wk);
+    float* out = panel + (c * kFp8ChunkK - k0) * ld;
+    FP4MOE_UNROLL_ALL
+    for (int j = 0; j < kFp8ChunkK; ++j) _mm512_store_ps(out + j * ld, _mm512_mul_ps(wk[j], scale));
+  }
+}
+
 // acc[i][r] += sum over k < kc of panel[k][r] * x[i][k], for MR tokens and R zmm of rows.
 template <int R, int MR>
 inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ldx, float* acc) {
@@ -174,9 +237,10 @@ template <int kMax, class Fn>
 }
 
 // R tile pairs (R * 16 rows, the last pair possibly lone or partial) for m <= kPanelTokens tokens.
-template <WeightFormat kFormat, int R>
-void fp4_pairs_panel(const PackedMatrix& w, const Fp4TilePair (&pairs)[R], const float* x,
-                     int64_t ldx, int64_t m, float* y, int64_t ldy) {
+// Pair is Fp4TilePair (NVFP4, MXFP4) or Fp8Pair (FP8 block-128).
+template <WeightFormat kFormat, class Pair, int R>
+void pairs_panel(const PackedMatrix& w, const Pair (&pairs)[R], const float* x, int64_t ldx,
+                 int64_t m, float* y, int64_t ldy) {
   constexpr int kMaxMr = kPanelAccumulators / R;
   constexpr int64_t ld = R * 16;
   alignas(64) float panel[kPanelK * ld];
@@ -187,7 +251,13 @@ void fp4_pairs_panel(const PackedMatrix& w, const Fp4TilePair (&pairs)[R], const
   for (int64_t k0 = 0; k0 < w.k; k0 += kPanelK) {
     const int64_t kc = std::min(kPanelK, w.k - k0);
     FP4MOE_UNROLL_ALL
-    for (int r = 0; r < R; ++r) decode_pair_panel<kFormat>(pairs[r], k0, kc, panel + r * 16, ld);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kFormat == WeightFormat::kFp8Block128) {
+        decode_fp8_panel(pairs[r], k0, kc, panel + r * 16, ld);
+      } else {
+        decode_pair_panel<kFormat>(pairs[r], k0, kc, panel + r * 16, ld);
+      }
+    }
     int64_t i = 0;
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int mr = static_cast<int>(m / blocks + (blk < m % blocks ? 1 : 0));
@@ -197,7 +267,9 @@ void fp4_pairs_panel(const PackedMatrix& w, const Fp4TilePair (&pairs)[R], const
       i += mr;
     }
   }
-  const __m512 out_scale = _mm512_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  // FP8's scales were applied in the panel; FP4's tensor scale and decode factor are applied here.
+  const __m512 out_scale = _mm512_set1_ps(
+      kFormat == WeightFormat::kFp8Block128 ? 1.0f : w.tensor_scale * kFp4DecodeFactor);
   for (int64_t i = 0; i < m; ++i) {
     FP4MOE_UNROLL_ALL
     for (int r = 0; r < R; ++r) {
@@ -223,16 +295,12 @@ template <WeightFormat kFormat>
   }
 }
 
+// The panel path over a tile range: token chunks outermost, so that a chunk's activations stay in
+// L2 while the tile range's weights stream past them: at most kPanelTokens tokens and about
+// kPanelXBytes of X per chunk, the chunks as even as possible.
 template <WeightFormat kFormat>
-void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
-                     int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  if (m < kPanelMinTokens) {
-    fp4_gemm_grouped<kFormat>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
-    return;
-  }
-  // Token chunks outermost, so that a chunk's activations stay in L2 while the tile range's
-  // weights stream past them: at most kPanelTokens tokens and about kPanelXBytes of X per chunk,
-  // the chunks as even as possible.
+void panel_gemm(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   const int64_t cap = std::clamp<int64_t>(kPanelXBytes / (w.k * int64_t{sizeof(float)}),
                                           kPanelAccumulators / kPanelPairs, kPanelTokens);
   const int64_t chunks = (m + cap - 1) / cap;
@@ -241,43 +309,55 @@ void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t
     const float* xc = x + m0 * ldx;
     float* yc = y + m0 * ldy;
     int64_t t = tile_begin;
-    for (; t + 2 * kPanelPairs <= tile_end; t += 2 * kPanelPairs) {
-      Fp4TilePair pairs[kPanelPairs];
-      for (int r = 0; r < kPanelPairs; ++r) {
-        pairs[r] = avx512::fp4_tile_pair(w, t + 2 * r, tile_end);
+    if constexpr (kFormat == WeightFormat::kFp8Block128) {
+      // Pairs only from an even tile (one 128-row scale block): an odd start runs alone.
+      if (t % 2 == 1 && t < tile_end) {
+        const Fp8Pair pairs[1] = {fp8_pair_at(w, t, false)};
+        pairs_panel<kFormat, Fp8Pair, 1>(w, pairs, xc, ldx, mb, yc, ldy);
+        ++t;
       }
-      fp4_pairs_panel<kFormat, kPanelPairs>(w, pairs, xc, ldx, mb, yc, ldy);
-    }
-    // The last 1-3 tiles: one pair at a time (the last one possibly lone).
-    for (; t < tile_end; t += 2) {
-      const Fp4TilePair pairs[1] = {avx512::fp4_tile_pair(w, t, tile_end)};
-      fp4_pairs_panel<kFormat, 1>(w, pairs, xc, ldx, mb, yc, ldy);
+      for (; t + 2 * kPanelPairs <= tile_end; t += 2 * kPanelPairs) {
+        Fp8Pair pairs[kPanelPairs];
+        for (int r = 0; r < kPanelPairs; ++r) pairs[r] = fp8_pair_at(w, t + 2 * r, true);
+        pairs_panel<kFormat, Fp8Pair, kPanelPairs>(w, pairs, xc, ldx, mb, yc, ldy);
+      }
+      for (; t < tile_end; t += 2) {
+        const Fp8Pair pairs[1] = {fp8_pair_at(w, t, t + 1 < tile_end)};
+        pairs_panel<kFormat, Fp8Pair, 1>(w, pairs, xc, ldx, mb, yc, ldy);
+      }
+    } else {
+      for (; t + 2 * kPanelPairs <= tile_end; t += 2 * kPanelPairs) {
+        Fp4TilePair pairs[kPanelPairs];
+        for (int r = 0; r < kPanelPairs; ++r) {
+          pairs[r] = avx512::fp4_tile_pair(w, t + 2 * r, tile_end);
+        }
+        pairs_panel<kFormat, Fp4TilePair, kPanelPairs>(w, pairs, xc, ldx, mb, yc, ldy);
+      }
+      // The last 1-3 tiles: one pair at a time (the last one possibly lone).
+      for (; t < tile_end; t += 2) {
+        const Fp4TilePair pairs[1] = {avx512::fp4_tile_pair(w, t, tile_end)};
+        pairs_panel<kFormat, Fp4TilePair, 1>(w, pairs, xc, ldx, mb, yc, ldy);
+      }
     }
     m0 += mb;
   }
 }
 
-// FP8: the AVX2 FP16 route per tile (see gemm_avx2.cc), then the two tiles' 8-row halves of one k
-// are joined (vperm2i128) so one vcvtph2ps makes 16 rows.
-inline __m256i e4m3_to_fp16_words(__m256i bytes_as_words) {
-  return _mm256_and_si256(_mm256_srai_epi16(bytes_as_words, 1),
-                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+template <WeightFormat kFormat>
+void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
+                     int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  if (m < kPanelMinTokens) {
+    fp4_gemm_grouped<kFormat>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
+  panel_gemm<kFormat>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
 }
 
 template <int MR, bool kTail>
 inline void fp8_chunk(const uint8_t* a, const uint8_t* b, const float* xk, int64_t ldx, int valid_k,
                       __m512 (&block)[MR][4]) {
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-  const __m256i vb = b == nullptr ? zero : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-  const __m256i ea = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, va));  // k0 | k2
-  const __m256i oa = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, va));  // k1 | k3
-  const __m256i eb = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, vb));
-  const __m256i ob = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, vb));
-  const __m512 wk[4] = {_mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x20)),
-                        _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x20)),
-                        _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x31)),
-                        _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x31))};
+  __m512 wk[kFp8ChunkK];
+  fp8_chunk_rows(a, b, wk);
   for (int j = 0; j < kFp8ChunkK; ++j) {
     if (kTail && j >= valid_k) break;
     for (int i = 0; i < MR; ++i) {
@@ -341,6 +421,10 @@ void mxfp4_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx, i
 
 void fp8b128_gemm_16r_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m,
                              float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  if (m >= kPanelMinTokens) {
+    panel_gemm<WeightFormat::kFp8Block128>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   for (int64_t t = tile_begin; t < tile_end;) {
     // Pair tiles (t, t + 1) only from an even t: 16 divides 128, so both then lie in one 128-row
