@@ -349,6 +349,14 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
           o.rows[p] = row_mask(pair.rows);
           o.row_count[p] = pair.rows;
         }
+        // The next 4 tiles' codes and scales of this slice, into L2 while this set computes (the
+        // decode's own prefetch runs ahead within a tile, which here is the next slice).
+        const int64_t tn_end = std::min(tile_end, t + 4 * kMaxPairs);
+        for (int64_t tn = t + 2 * kMaxPairs; tn < tn_end; ++tn) {
+          prefetch_l2(w.codes + (tn * w.chunks + b0 * kChunks<kFormat>)*kChunkBytes,
+                      nb * kChunks<kFormat> * kChunkBytes);
+          prefetch_l2(w.block_scales + (tn * k_blocks + b0) * kTileRows, nb * kTileRows);
+        }
         float* yt = y + i0 * ldy + t * kTileRows;
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t g0 = group_start(mb, groups, g);
