@@ -32,14 +32,5 @@ inline constexpr int64_t kPrefetchDistance = 4096;
   }
 }
 
-// Prefetches [p, p + bytes) into L2 (prefetcht1): for data a kernel reads after the current
-// block's work, too much for L1's fill buffers at once.
-[[gnu::always_inline]] inline void prefetch_l2(const uint8_t* p, int64_t bytes) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
-  for (int64_t off = 0; off < bytes; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<uintptr_t>(off)), _MM_HINT_T1);
-  }
-}
-
 }  // namespace
 }  // namespace fp4moe::kernels

@@ -147,8 +147,8 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13, 17, 64, 97 (two passes of the
-// VNNI many-token path), 256; N = 1, a tile - 1 / + 1,
+// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13 (the VNNI many-token path from
+// 12), 17, 64, 97 (two passes of it), 256; N = 1, a tile - 1 / + 1,
 // 17, 136; K = one block, three blocks, and 2048.
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
@@ -251,7 +251,7 @@ TEST_P(W4A8KernelTest, TileRangesComposeExactly) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
-  for (int64_t m : {3, 11}) {
+  for (int64_t m : {3, 11, 13}) {
     const int64_t n = 8 * 37 + 3, k = 4 * block;
     testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
     const std::vector<float> x = testing::random_activations(m, k, rng);

@@ -66,14 +66,16 @@ struct DecodedPair {
   __m512i lo[kN], hi[kN];
 };
 
-template <int kN>
+template <int kN, bool kPrefetch = true>
 [[gnu::always_inline]] inline void decode_pair(const uint8_t* a, const uint8_t* b,
                                                DecodedPair<kN>& d) {
   const __m512i lut = offset_e2m1_x2_lut();
   const __m512i transpose = transpose4x4_ctrl();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  prefetch_ahead(a, kN * kChunkBytes);
-  prefetch_ahead(b, kN * kChunkBytes);
+  if constexpr (kPrefetch) {
+    prefetch_ahead(a, kN * kChunkBytes);
+    prefetch_ahead(b, kN * kChunkBytes);
+  }
   FP4MOE_UNROLL
   for (int c = 0; c < kN; ++c) {
     const __m512i v = _mm512_shuffle_epi8(
@@ -90,11 +92,11 @@ struct PairBlock {
   __m512 w_scale;
 };
 
-template <WeightFormat kFormat>
+template <WeightFormat kFormat, bool kPrefetch = true>
 [[gnu::always_inline]] inline void decode_pair_block(const Fp4TilePair& p, int64_t b,
                                                      PairBlock<kFormat>& out) {
   const int64_t off = b * kChunks<kFormat> * kChunkBytes;
-  decode_pair(p.codes_a + off, p.b_codes(off), out.codes);
+  decode_pair<kChunks<kFormat>, kPrefetch>(p.codes_a + off, p.b_codes(off), out.codes);
   out.w_scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
 }
 
@@ -162,7 +164,10 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
 // agree with it.
 // Slice length: the activation buffer holds kActBytes of codes, so the fewer the tokens the longer
 // the slice (up to kMaxSliceK).
-constexpr int64_t kManyTokensMin = 4;
+// Below 12 tokens the groups of 4 that decode into registers measured faster with the weights
+// streaming from DRAM (4096 x 14336, 2 threads: 1.4 against 2.0 ms at M = 4, 3.4 against 3.0 at
+// 12).
+constexpr int64_t kManyTokensMin = 12;
 // Tokens per register block: 2 pairs x MR int32 chains and F32 totals, the k group's two u vectors
 // and the two weight-scale vectors fit the 32 registers.
 constexpr int kManyMr = 6;
@@ -186,12 +191,35 @@ struct alignas(64) TokenBlock {
   int8_t q[kManyMr][kBlock<kFormat>];
 };
 
+// Decodes blocks [b0, b0 + nb) of pair p into out, prefetching the same blocks of the pair
+// `ahead` (the next tile set's, or none) as it goes: a slice is only part of a tile, so the
+// decode's own prefetch (the bytes that follow) would fetch this tile's next slice, which is read
+// only after every tile set of the range.
 template <WeightFormat kFormat>
-[[gnu::always_inline]] inline void decode_slice(const Fp4TilePair& p, int64_t b0, int64_t nb,
+[[gnu::always_inline]] inline void decode_slice(const Fp4TilePair& p, const Fp4TilePair* ahead,
+                                                int64_t b0, int64_t nb,
                                                 DecodedBlock<kFormat>* out) {
+  constexpr int64_t kBlockBytes = kChunks<kFormat> * kChunkBytes;  // 64 or 128 per tile
   for (int64_t b = 0; b < nb; ++b) {
+    if (ahead != nullptr) {
+      const int64_t off = (b0 + b) * kBlockBytes;
+      for (int64_t line = 0; line < kBlockBytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_a + off + line), _MM_HINT_T0);
+        if (ahead->codes_b != nullptr) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_b + off + line), _MM_HINT_T0);
+        }
+      }
+      if ((b0 + b) % 8 == 0) {  // 8 blocks' scales per 64-byte line
+        _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_a + (b0 + b) * kTileRows),
+                     _MM_HINT_T0);
+        if (ahead->scales_b != nullptr) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_b + (b0 + b) * kTileRows),
+                       _MM_HINT_T0);
+        }
+      }
+    }
     PairBlock<kFormat> blk;
-    decode_pair_block(p, b0 + b, blk);
+    decode_pair_block<kFormat, false>(p, b0 + b, blk);
     FP4MOE_UNROLL
     for (int c = 0; c < kChunks<kFormat>; ++c) {
       _mm512_store_si512(&out[b].u[2 * c], blk.codes.lo[c]);
@@ -345,17 +373,18 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
         const int np = t + 2 < tile_end ? 2 : 1;
         for (int p = 0; p < np; ++p) {
           const Fp4TilePair pair = avx512::fp4_tile_pair(w, t + 2 * p, tile_end);
-          decode_slice(pair, b0, nb, decoded + p * nb);
+          // The pair at the same place in the next set of the range: its blocks are fetched
+          // while this one decodes.
+          const int64_t tn = t + 2 * kMaxPairs + 2 * p;
+          Fp4TilePair ahead;
+          const Fp4TilePair* next = nullptr;
+          if (tn < tile_end) {
+            ahead = avx512::fp4_tile_pair(w, tn, tile_end);
+            next = &ahead;
+          }
+          decode_slice(pair, next, b0, nb, decoded + p * nb);
           o.rows[p] = row_mask(pair.rows);
           o.row_count[p] = pair.rows;
-        }
-        // The next 4 tiles' codes and scales of this slice, into L2 while this set computes (the
-        // decode's own prefetch runs ahead within a tile, which here is the next slice).
-        const int64_t tn_end = std::min(tile_end, t + 4 * kMaxPairs);
-        for (int64_t tn = t + 2 * kMaxPairs; tn < tn_end; ++tn) {
-          prefetch_l2(w.codes + (tn * w.chunks + b0 * kChunks<kFormat>)*kChunkBytes,
-                      nb * kChunks<kFormat> * kChunkBytes);
-          prefetch_l2(w.block_scales + (tn * k_blocks + b0) * kTileRows, nb * kTileRows);
         }
         float* yt = y + i0 * ldy + t * kTileRows;
         for (int64_t g = 0; g < groups; ++g) {
