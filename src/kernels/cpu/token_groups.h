@@ -25,4 +25,14 @@ template <int kMaxMr, class Fn>
   (std::make_integer_sequence<int, kMaxMr - 1>{});
 }
 
+// Calls fn(std::integral_constant<int, MR>{}) for a runtime token count mr in [1, kMaxMr], so a
+// driver that sizes its own groups (evenly, say) still runs a compile-time register block.
+template <int kMaxMr, class Fn>
+[[gnu::always_inline]] inline void with_mr(int64_t mr, Fn&& fn) {
+  [&]<int... kMr>(std::integer_sequence<int, kMr...>) {
+    ((mr == kMr + 1 ? fn(std::integral_constant<int, kMr + 1>{}) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kMaxMr>{});
+}
+
 }  // namespace fp4moe::kernels

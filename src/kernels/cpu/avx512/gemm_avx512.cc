@@ -227,15 +227,6 @@ inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ld
   }
 }
 
-// Calls fn(std::integral_constant<int, MR>{}) for the runtime mr in [1, kMax].
-template <int kMax, class Fn>
-[[gnu::always_inline]] inline void with_mr(int mr, Fn&& fn) {
-  [&]<int... kMr>(std::integer_sequence<int, kMr...>) {
-    ((mr == kMr + 1 ? fn(std::integral_constant<int, kMr + 1>{}) : void()), ...);
-  }
-  (std::make_integer_sequence<int, kMax>{});
-}
-
 // R tile pairs (R * 16 rows, the last pair possibly lone or partial) for m <= kPanelTokens tokens.
 // Pair is Fp4TilePair (NVFP4, MXFP4) or Fp8Pair (FP8 block-128).
 template <WeightFormat kFormat, class Pair, int R>

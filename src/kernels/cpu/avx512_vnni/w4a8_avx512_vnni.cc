@@ -13,8 +13,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
-#include <utility>
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -333,15 +331,6 @@ template <WeightFormat kFormat, int NP, int MR>
   }
 }
 
-// fn(std::integral_constant<int, n>{}) for a group of n = 1 .. kManyMr tokens.
-template <class Fn>
-[[gnu::always_inline]] inline void with_group_size(int64_t n, Fn&& fn) {
-  [&]<int... kN>(std::integer_sequence<int, kN...>) {
-    ((n == kN + 1 ? fn(std::integral_constant<int, kN + 1>{}) : void()), ...);
-  }
-  (std::make_integer_sequence<int, kManyMr>{});
-}
-
 template <WeightFormat kFormat>
 void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
                int64_t ldy, int64_t tile_begin, int64_t tile_end) {
@@ -392,7 +381,7 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
           SliceOut og = o;
           og.y = yt + g0 * ldy;
           const TokenBlock<kFormat>* ag = act + g * nb;
-          with_group_size(group_start(mb, groups, g + 1) - g0, [&](auto mr) {
+          with_mr<kManyMr>(group_start(mb, groups, g + 1) - g0, [&](auto mr) {
             if (np == 2) {
               w4a8_slice<kFormat, 2, decltype(mr)::value>(decoded, nb, ag, nb, og);
             } else {
