@@ -85,7 +85,7 @@ int fp4moe_transcode_mxfp4_to_nvfp4(size_t count, const uint8_t* const* packed,
    packed = E4M3 codes [n, k] bytes + F32 scales [ceil(n/128), ceil(k/128)] (scales_size in
    floats). Only nvfp4 reads tensor_scale. x_size: m*k floats; y_size: m*n floats.
    precision: "w4a16" (exact) or "w4a8" (FP4 formats only: the dispatch layer rejects FP8); isa:
-   "scalar", "avx2", "avx512", "avx512_vnni" (ISA levels: each family runs its best kernel at or
+   "scalar", "avx2", "avx512", "avx512_vnni", "amx_int8" (ISA levels: each family runs its best kernel at or
    below the level) or NULL for the best the host has. Single-threaded. */
 int fp4moe_linear(const char* format, const char* precision, const char* isa, const uint8_t* packed,
                   size_t packed_size, const void* scales, size_t scales_size, float tensor_scale,

@@ -234,7 +234,7 @@ const CommandRegistrar registrar{Command{
                      "with --checkpoint REPO_ID: branch, tag or commit hash (default main)");
       app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
           ->delimiter(',');
-      app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512 | avx512_vnni");
+      app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512 | avx512_vnni | amx_int8");
       app.add_option("--precision", o->precision,
                      "w4a16 (exact: F32 activations) | w4a8 (int8 activations per block, the "
                      "separate W4A8 kernels; FP4 formats)")

@@ -2,6 +2,8 @@
 #include "dispatch/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -9,6 +11,19 @@
 
 namespace fp4moe::dispatch {
 namespace {
+
+// Linux (5.16+) enables the AMX tile-data state per process, on request (arch_prctl,
+// Documentation/arch/x86/xstate.rst); a tile instruction before the grant raises SIGILL. The grant
+// is process-wide and permanent, so asking once at detection covers every thread.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 uint64_t read_xcr0() {
   uint32_t eax = 0, edx = 0;
@@ -22,10 +37,11 @@ CpuFeatures detect() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c & bit_OSXSAVE) != 0;
+  uint64_t xcr0 = 0;
   f.fma = (c & bit_FMA) != 0;
   f.f16c = (c & bit_F16C) != 0;
   if (osxsave) {
-    const uint64_t xcr0 = read_xcr0();
+    xcr0 = read_xcr0();
     f.os_ymm = (xcr0 & 0x6) == 0x6;    // SSE and AVX state
     f.os_zmm = (xcr0 & 0xE6) == 0xE6;  // plus opmask, ZMM_Hi256, Hi16_ZMM
   }
@@ -36,7 +52,11 @@ CpuFeatures detect() {
     f.avx512vl = (b & bit_AVX512VL) != 0;
     f.avx512dq = (b & bit_AVX512DQ) != 0;
     f.avx512vnni = (c & bit_AVX512VNNI) != 0;
+    f.amx_tile = (d & (1u << 24)) != 0;  // CPUID.(7,0):EDX[24] AMX-TILE
+    f.amx_int8 = (d & (1u << 25)) != 0;  // EDX[25] AMX-INT8
   }
+  // XTILECFG and XTILEDATA (XCR0 bits 17, 18) enabled by the OS, and the data state granted.
+  if (f.amx_tile && f.amx_int8 && (xcr0 & 0x60000) == 0x60000) f.os_amx = request_amx_permission();
   return f;
 }
 
@@ -58,7 +78,10 @@ std::string CpuFeatures::summary() const {
   add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
+  add(amx_tile, "amx-tile");
+  add(amx_int8, "amx-int8");
   s += os_zmm ? "; OS saves zmm" : (os_ymm ? "; OS saves ymm only" : "; OS saves no AVX state");
+  if (amx_tile && amx_int8) s += os_amx ? "; OS grants AMX tiles" : "; OS does not grant AMX tiles";
 #ifdef FP4MOE_EMULATE_AVX512
   s += "; AVX-512 kernels EMULATED by SIMDe (test build)";
 #endif
@@ -92,6 +115,12 @@ bool host_supports(kernels::Isa isa) {
 #else
       return f.avx512vnni && host_supports(kernels::Isa::kAvx512);
 #endif
+    case kernels::Isa::kAmxInt8:
+      // Never emulated: the AMX kernel files are always built for the real ISA (kernels/), so
+      // this asks the real host, also in the emulated test build.
+      return f.amx_tile && f.amx_int8 && f.os_amx && f.avx512vnni && f.avx512f && f.avx512bw &&
+             f.avx512vl && f.avx512dq && f.fma && f.f16c && f.os_zmm &&
+             host_supports(kernels::Isa::kAvx512Vnni);
   }
   return false;
 }
@@ -111,7 +140,7 @@ Result<kernels::Isa> parse_isa(std::string_view name) {
     if (kernels::isa_name(isa) == name) return isa;
   }
   return Error{"unknown ISA '" + std::string(name) +
-               "' (expected scalar, avx2, avx512 or avx512_vnni)"};
+               "' (expected scalar, avx2, avx512, avx512_vnni or amx_int8)"};
 }
 
 std::optional<kernels::Isa> forced_isa() {

@@ -16,8 +16,10 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false;
+  bool amx_tile = false, amx_int8 = false;
   bool os_ymm = false;          // XCR0 has SSE+AVX state: the OS saves ymm registers
   bool os_zmm = false;          // XCR0 also has opmask + zmm state
+  bool os_amx = false;          // XCR0 has tile state and the OS granted this process tile data
   std::string summary() const;  // e.g. "avx2 fma f16c; no avx512f (cpuid)"
 };
 const CpuFeatures& cpu_features();

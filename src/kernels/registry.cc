@@ -15,6 +15,8 @@ std::string_view isa_name(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512_vnni";
+    case Isa::kAmxInt8:
+      return "amx_int8";
   }
   return "?";
 }

@@ -17,8 +17,11 @@ enum class Isa : uint8_t {
   kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1+)
   kAvx512,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4+)
   kAvx512Vnni,  // AVX-512 above + VNNI's int8 dot product (Cascade Lake, Ice Lake, Zen 4+)
+  kAmxInt8,     // AVX-512 VNNI above + AMX-TILE/AMX-INT8 tile products, with the OS's permission
+                // (Sapphire Rapids and later Xeons)
 };
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
+                                   Isa::kAmxInt8};
 std::string_view isa_name(Isa isa);
 
 // Weight formats the CPU kernels consume (checkpoint variants map onto these in pack/).

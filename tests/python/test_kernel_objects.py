@@ -23,6 +23,7 @@ EXPECTED = {
     "w4a8_avx2.cc.o": ["prefetcht0", "vpmaddubsw", "vpshufb"],
     "gemm_avx512.cc.o": ["prefetcht0", "vfmadd231ps"],
     "w4a8_avx512_vnni.cc.o": ["prefetcht0", "vpdpbusd"],
+    "w4a8_amx.cc.o": ["ldtilecfg", "tdpbssd", "tilestored", "tilerelease", "prefetcht0"],
 }
 
 

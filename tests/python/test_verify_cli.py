@@ -69,10 +69,13 @@ def test_verify_mxfp4_then_converted_nvfp4(tmp_path, rng):
     assert after["ok"] and all(l["expert_scheme"] == "nvfp4" for l in after["layers"])
 
 
-ISAS = ("scalar", "avx2", "avx512", "avx512_vnni")  # the nested levels, lowest first (kernels/types.h)
+# The nested levels, lowest first (kernels/types.h).
+ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "amx_int8")
 # The level whose kernel an exact (W4A16) plan runs when asked for each ISA: every exact family has
-# kernels up to avx512 and none for avx512_vnni, so that one steps down (kernels/kernel_list.inc).
-EXACT_LEVEL = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512", "avx512_vnni": "avx512"}
+# kernels up to avx512 and none for avx512_vnni or amx_int8, so those step down
+# (kernels/kernel_list.inc).
+EXACT_LEVEL = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512", "avx512_vnni": "avx512",
+               "amx_int8": "avx512"}
 # One plan in MoeLayer::describe(): "<format> [N=.., K=..] -> <kernel> (<isa>: <why>; host: ...)".
 PLAN = re.compile(r"-> (\w+) \((\w+): ([^;]*)(?:; (no exact kernel for \w+, so \w+))?;")
 

@@ -148,14 +148,15 @@ struct Shape {
 };
 
 // M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13 (the VNNI many-token path from
-// 12), 17, 64, 97 (two passes of it), 256; N = 1, a tile - 1 / + 1,
-// 17, 136; K = one block, three blocks, and 2048.
+// 12), 16 (one whole AMX token tile), 17 (a tile and one token), 31, 33, 64, 97 (two VNNI passes),
+// 256; N = 1, a tile - 1 / + 1, 17, 136; K = one block, three blocks, 2048 (one AMX slice), and
+// 2048 + 3 blocks (a second slice of odd length).
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 17, 64, 97, 256}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 33, 64, 97, 256}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
-      for (int64_t k : {kb, 3 * kb, int64_t{2048}}) {
+      for (int64_t k : {kb, 3 * kb, int64_t{2048}, 2048 + 3 * kb}) {
         if (m * n * k > (int64_t{1} << 24)) continue;
         out.push_back({m, n, k});
       }
@@ -251,7 +252,7 @@ TEST_P(W4A8KernelTest, TileRangesComposeExactly) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
-  for (int64_t m : {3, 11, 13}) {
+  for (int64_t m : {3, 11, 13, 17, 35}) {
     const int64_t n = 8 * 37 + 3, k = 4 * block;
     testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
     const std::vector<float> x = testing::random_activations(m, k, rng);
@@ -277,19 +278,29 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
   const int block = kernels::weight_format_k_block(kernel.format);
   std::mt19937 rng(77);
-  const int64_t m = 3, n = 24, k = 4 * block;
-  testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
-  std::vector<float> x = testing::random_activations(m, k, rng);
-  x[1 * k + block + 2] = std::numeric_limits<float>::infinity();
-  const auto* quantizer = kernels::best_activation_quantizer(kernel.isa);
-  ASSERT_NE(quantizer, nullptr);
-  const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
-  std::vector<float> y(m * n);
-  kernel.fn(w.packed.view(), xq.view(k, block), m, y.data(), n, 0, w.packed.view().n_tiles);
-  for (int64_t j = 0; j < n; ++j) {
-    EXPECT_TRUE(std::isfinite(y[0 * n + j]));
-    EXPECT_TRUE(std::isnan(y[1 * n + j]));
-    EXPECT_TRUE(std::isfinite(y[2 * n + j]));
+  // 3 tokens (token groups) and 19 (a whole 16-token tile and a partial one); token 1 and the
+  // partial tile's first token (16) are poisoned.
+  for (int64_t m : {3, 19}) {
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const int64_t n = 24, k = 4 * block;
+    testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+    std::vector<float> x = testing::random_activations(m, k, rng);
+    x[1 * k + block + 2] = std::numeric_limits<float>::infinity();
+    if (m > 16) x[16 * k + 3] = -std::numeric_limits<float>::infinity();
+    const auto* quantizer = kernels::best_activation_quantizer(kernel.isa);
+    ASSERT_NE(quantizer, nullptr);
+    const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
+    std::vector<float> y(m * n);
+    kernel.fn(w.packed.view(), xq.view(k, block), m, y.data(), n, 0, w.packed.view().n_tiles);
+    for (int64_t i = 0; i < m; ++i) {
+      const bool poisoned = i == 1 || i == 16;
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_EQ(std::isnan(y[i * n + j]), poisoned) << "y[" << i << ", " << j << "]";
+        if (!poisoned) {
+          EXPECT_TRUE(std::isfinite(y[i * n + j])) << "y[" << i << ", " << j << "]";
+        }
+      }
+    }
   }
 }
 
