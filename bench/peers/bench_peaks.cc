@@ -89,6 +89,17 @@ int run(int argc, char** argv) {
     int8.push_back(
         measure_peak("vpdpbusd zmm", kDpbusdAvx512OpsPerIter, dpbusd_i8_avx512, seconds, pool));
   }
+  // AMX tile products: reported beside the vector int8 peak, not as it (the peer table's w4a8
+  // fractions are of the vector peak; these say what the tile unit could do).
+  std::vector<Peak> amx;
+  if (dispatch::host_supports(kernels::Isa::kAmxInt8)) {
+    for (int k : {64, 16}) {
+      const std::string name = "tdpbssd 16x16x" + std::to_string(k);
+      amx.push_back(measure_peak(
+          name.c_str(), amx_ops_per_iter(k),
+          [k](int64_t iters) { return tdpbssd_i8_amx(iters, k); }, seconds, pool));
+    }
+  }
   auto best = [](const std::vector<Peak>& v) {
     Peak b{"none", 0};
     for (const Peak& p : v) {
@@ -111,9 +122,10 @@ int run(int argc, char** argv) {
     std::printf(
         "{\"threads\": %d, \"cpu\": \"%s\", \"bandwidth_gbps\": %.3f, \"fp32_fma_gflops\": %.2f, "
         "\"fp32_fma_instr\": \"%s\", \"int8_gops\": %.2f, \"int8_instr\": \"%s\", "
-        "\"fp32_fma_all\": %s, \"int8_all\": %s}\n",
+        "\"fp32_fma_all\": %s, \"int8_all\": %s, \"amx_int8_all\": %s}\n",
         pool.size(), cpu.summary().c_str(), bandwidth, fma_best.gops, fma_best.name.c_str(),
-        int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str());
+        int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str(),
+        list(amx).c_str());
   } else {
     std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
     std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer)\n", bandwidth, min_gib);
@@ -121,6 +133,8 @@ int run(int argc, char** argv) {
       std::printf("FP32 FMA peak  %-16s %8.1f GFLOP/s\n", p.name.c_str(), p.gops);
     for (const Peak& p : int8)
       std::printf("int8 dot peak  %-16s %8.1f GOP/s\n", p.name.c_str(), p.gops);
+    for (const Peak& p : amx)
+      std::printf("AMX int8 peak  %-16s %8.1f GOP/s\n", p.name.c_str(), p.gops);
   }
   return 0;
 }
