@@ -5,41 +5,20 @@
 
 #include <cstring>
 
+#include "kernels/cpu/amx/tile_config.h"
 #include "peaks.h"
 
 namespace fp4moe::bench {
-namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-}  // namespace
 
 int32_t tdpbssd_i8_amx(int64_t iters, int k) {
-  TileConfig c{};
-  c.palette_id = 1;
-  for (int t = 0; t < 4; ++t) {  // C: 16 x 16 int32
-    c.colsb[t] = 64;
-    c.rows[t] = 16;
-  }
-  for (int t = 4; t < 6; ++t) {  // A: 16 x k int8
-    c.colsb[t] = static_cast<uint16_t>(k);
-    c.rows[t] = 16;
-  }
-  for (int t = 6; t < 8; ++t) {  // B: k / 4 x 64 int8
-    c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(k / 4);
-  }
-  __asm__ volatile("" ::: "memory");  // the config's stores before ldtilecfg reads them
-  _tile_loadconfig(&c);
+  kernels::amx::TileConfig c;
+  for (int t = 0; t < 4; ++t) c.tile(t, 16, 64);     // C: 16 x 16 int32
+  for (int t = 4; t < 6; ++t) c.tile(t, 16, k);      // A: 16 x k int8
+  for (int t = 6; t < 8; ++t) c.tile(t, k / 4, 64);  // B: k / 4 x 64 int8
+  kernels::amx::load_tile_config(c);
   alignas(64) int8_t src[16 * 64];
   std::memset(src, 1, sizeof src);
-  __asm__ volatile("" ::: "memory");
+  kernels::amx::stores_before_tile_reads();
   _tile_loadd(4, src, 64);
   _tile_loadd(5, src, 64);
   _tile_loadd(6, src, 64);

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/amx/tile_config.h"
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/token_groups.h"
@@ -42,16 +43,12 @@ namespace {
 
 #define FP4MOE_UNROLL _Pragma("GCC unroll 16")
 
-// GCC's tile intrinsics are asm statements that name their tile by token pasting (so the numbers
-// below are literals) and, except tilestored, tell the compiler nothing about the memory they read:
-// this barrier orders the plain stores that fill a buffer (tile config, decoded weights, copied
-// codes) before the tile instructions that read it.
-inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
-
 using avx512::decode_block_scales;
 using avx512::Fp4TilePair;
 using avx512::load_pair;
+using avx512::prefetch_pair_block;
 using avx512::row_mask;
+using avx512::transpose4x4_ctrl;
 
 constexpr int kTileTokens = 16;  // rows of tiles A and C
 constexpr int64_t kAmxTokensMin = 16;
@@ -65,41 +62,21 @@ constexpr int kBlock = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
 
 // Tile registers: C (sums) 0 and 1, A (activations) 2 and 3, B (weights) 4 and 5; the two sets
 // alternate by block.
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
 template <WeightFormat kFormat>
 void load_tile_config() {
-  TileConfig c{};
-  c.palette_id = 1;
+  amx::TileConfig c;
   for (int s = 0; s < 2; ++s) {
-    c.colsb[s] = 64;  // 16 int32 sums
-    c.rows[s] = kTileTokens;
-    c.colsb[2 + s] = kBlock<kFormat>;  // one block of codes per token
-    c.rows[2 + s] = kTileTokens;
-    c.colsb[4 + s] = 64;  // 16 rows x 4 k
-    c.rows[4 + s] = kBlock<kFormat> / 4;
+    c.tile(s, kTileTokens, 64);                   // 16 tokens x 16 int32 sums
+    c.tile(2 + s, kTileTokens, kBlock<kFormat>);  // one block of codes per token
+    c.tile(4 + s, kBlock<kFormat> / 4, 64);       // block / 4 rows of 16 rows x 4 k
   }
-  compiler_barrier();
-  _tile_loadconfig(&c);
+  amx::load_tile_config(c);
 }
 
 // 2 * e2m1(code) as int8, for the signed tile product.
 inline __m512i e2m1_x2_lut() {
   return _mm512_broadcast_i32x4(
       _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
-}
-
-// In-lane 4x4 byte transpose: output byte 4r + j takes input byte 4j + r (a chunk lane holds
-// [k j][row r], a B tile row wants [row][k]).
-inline __m512i transpose4x4_ctrl() {
-  return _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
 }
 
 // One block of a tile pair: B tile rows (row 2c: k 8c..8c+3, row 2c + 1: k 8c+4..8c+7, dword n =
@@ -122,22 +99,7 @@ void decode_slice(const Fp4TilePair& p, const Fp4TilePair* ahead, int64_t b0, in
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = (b0 + b) * kBlockBytes;
-    if (ahead != nullptr) {
-      for (int64_t line = 0; line < kBlockBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_a + off + line), _MM_HINT_T0);
-        if (ahead->codes_b != nullptr) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_b + off + line), _MM_HINT_T0);
-        }
-      }
-      if ((b0 + b) % 8 == 0) {  // 8 blocks' scales per 64-byte line
-        _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_a + (b0 + b) * kTileRows),
-                     _MM_HINT_T0);
-        if (ahead->scales_b != nullptr) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_b + (b0 + b) * kTileRows),
-                       _MM_HINT_T0);
-        }
-      }
-    }
+    if (ahead != nullptr) prefetch_pair_block(*ahead, b0 + b, kBlockBytes);
     DecodedBlock<kFormat>& d = out[b];
     FP4MOE_UNROLL
     for (int c = 0; c < kChunks; ++c) {
@@ -270,7 +232,7 @@ void w4a8_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, f
           next = &ahead;
         }
         decode_slice(pair, next, b0, nb, decoded);
-        compiler_barrier();  // the decoded tiles and the copied codes are read by tile loads
+        amx::stores_before_tile_reads();  // decoded tiles and copied codes, read by tile loads
         o.rows = row_mask(pair.rows);
         for (int64_t tt = 0; tt < tiles; ++tt) {
           const int64_t i0 = p0 + tt * kTileTokens;

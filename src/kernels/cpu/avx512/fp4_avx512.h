@@ -63,6 +63,34 @@ struct Fp4TilePair {
   }
 };
 
+// Prefetches block b (block_bytes per tile) of pair p into L1, with its scale line every 8 blocks
+// (8 blocks' scales per 64-byte line): the int8 many-token kernels fetch the next tile set's
+// blocks of a slice while they decode the current one (a slice is only part of a tile, so the
+// bytes that follow it, which prefetch_ahead would fetch, are read much later).
+inline void prefetch_pair_block(const Fp4TilePair& p, int64_t b, int64_t block_bytes) {
+  const int64_t off = b * block_bytes;
+  for (int64_t line = 0; line < block_bytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p.codes_a + off + line), _MM_HINT_T0);
+    if (p.codes_b != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(p.codes_b + off + line), _MM_HINT_T0);
+    }
+  }
+  if (b % 8 == 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(p.scales_a + b * kTileRows), _MM_HINT_T0);
+    if (p.scales_b != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(p.scales_b + b * kTileRows), _MM_HINT_T0);
+    }
+  }
+}
+
+// In-lane 4x4 byte transpose for pshufb: output byte 4r + j takes input byte 4j + r, so a chunk
+// lane's [k j][row r] bytes become [row][4 consecutive k] dwords (what vpdpbusd and the AMX B tile
+// want).
+inline __m512i transpose4x4_ctrl() {
+  return _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+}
+
 inline Fp4TilePair fp4_tile_pair(const PackedMatrix& w, int64_t t, int64_t tile_end) {
   const int64_t k_blocks = w.k / weight_format_k_block(w.format);
   const bool pair = t + 1 < tile_end;

@@ -30,19 +30,15 @@ namespace {
 using avx512::decode_block_scales;
 using avx512::Fp4TilePair;
 using avx512::load_pair;
+using avx512::prefetch_pair_block;
 using avx512::row_mask;
+using avx512::transpose4x4_ctrl;
 
 static_assert(kW4a8CodeOffset == 12, "the table below holds u = 2 * e2m1 + 12");
 
 inline __m512i offset_e2m1_x2_lut() {
   return _mm512_broadcast_i32x4(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-}
-
-// In-lane 4x4 byte transpose: output byte 4r + j takes input byte 4j + r.
-inline __m512i transpose4x4_ctrl() {
-  return _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
 }
 
 inline __m512i broadcast4(const int8_t* p) {
@@ -199,23 +195,7 @@ template <WeightFormat kFormat>
                                                 DecodedBlock<kFormat>* out) {
   constexpr int64_t kBlockBytes = kChunks<kFormat> * kChunkBytes;  // 64 or 128 per tile
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead != nullptr) {
-      const int64_t off = (b0 + b) * kBlockBytes;
-      for (int64_t line = 0; line < kBlockBytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_a + off + line), _MM_HINT_T0);
-        if (ahead->codes_b != nullptr) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead->codes_b + off + line), _MM_HINT_T0);
-        }
-      }
-      if ((b0 + b) % 8 == 0) {  // 8 blocks' scales per 64-byte line
-        _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_a + (b0 + b) * kTileRows),
-                     _MM_HINT_T0);
-        if (ahead->scales_b != nullptr) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead->scales_b + (b0 + b) * kTileRows),
-                       _MM_HINT_T0);
-        }
-      }
-    }
+    if (ahead != nullptr) prefetch_pair_block(*ahead, b0 + b, kBlockBytes);
     PairBlock<kFormat> blk;
     decode_pair_block<kFormat, false>(p, b0 + b, blk);
     FP4MOE_UNROLL
