@@ -17,7 +17,7 @@
 // per block, the 16 x (cvt, mul, fma) scaling alone at ~9 ns, and the two did not overlap (~19 ns
 // together; reading the tile-stored sums back costs ~7 ns by itself, and neither more C tiles, a
 // later read nor a fence changed that). So this kernel is 1.0-1.2x the VNNI one for NVFP4 and
-// 1.1-1.6x for MXFP4 from 16 tokens (bench: fp4moe bench --gemv, 2 threads), not the 4-8x a
+// 1.1-1.6x for MXFP4 from 12-16 tokens (bench: fp4moe bench --gemv, 2 threads), not the 4-8x a
 // 64-k tile product would suggest; the tile unit pays only where one scale covers a long K.
 //
 // Blocking: passes of up to kPassTiles token tiles; per pass, K slices of kSliceBlocks blocks; per
@@ -25,9 +25,10 @@
 // pair (16 rows) decodes its slice once into a stack buffer (B tiles and the 16 rows' weight
 // scales per block), prefetching the next pair's same blocks, and every token tile of the pass
 // runs over it: 16 F32 totals in registers, two tile sets alternating (the next block's product is
-// issued before this block's sums are read), totals carried between slices in y. Below
-// kAmxTokensMin tokens the VNNI kernel runs (a tile product of fewer tokens still costs a whole
-// one; measured slower at 4-12 tokens).
+// issued before this block's sums are read), totals carried between slices in y. A call of fewer
+// than 16 tokens configures A and C tiles of that many rows (read in place); a partial last tile
+// of a larger call is copied into a zero-padded buffer. Below kAmxTokensMin tokens (12 for MXFP4,
+// 16 for NVFP4) the VNNI kernel runs.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -51,7 +52,6 @@ using avx512::row_mask;
 using avx512::transpose4x4_ctrl;
 
 constexpr int kTileTokens = 16;  // rows of tiles A and C
-constexpr int64_t kAmxTokensMin = 16;
 // Blocks per K slice (1024 k of NVFP4, 2048 of MXFP4) and token tiles per pass: the slice's
 // decoded pair (20 or 36 KiB) and one token tile's codes stay in L1/L2 while the pass's tiles run.
 constexpr int64_t kSliceBlocks = 64;
@@ -59,16 +59,22 @@ constexpr int64_t kPassTiles = 8;
 
 template <WeightFormat kFormat>
 constexpr int kBlock = kFormat == WeightFormat::kNvfp4 ? 16 : 32;
+// Fewest tokens the tile path runs (below, the VNNI kernel): a tile product of M rows costs ~M/16
+// of a whole one but never less than ~3 ns, and the sums still cost a tile store each. Measured
+// (4096x2048 and 2048x4096, 2 threads): MXFP4 1.1x the VNNI kernel at 12 tokens, 0.9x at 8;
+// NVFP4 0.9x at 12-15, 1.0-1.2x from 16.
+template <WeightFormat kFormat>
+constexpr int64_t kAmxTokensMin = kFormat == WeightFormat::kNvfp4 ? 16 : 12;
 
 // Tile registers: C (sums) 0 and 1, A (activations) 2 and 3, B (weights) 4 and 5; the two sets
-// alternate by block.
+// alternate by block. `tokens` rows of A and C: 16, or all of a call's tokens when it has fewer.
 template <WeightFormat kFormat>
-void load_tile_config() {
+void load_tile_config(int tokens) {
   amx::TileConfig c;
   for (int s = 0; s < 2; ++s) {
-    c.tile(s, kTileTokens, 64);                   // 16 tokens x 16 int32 sums
-    c.tile(2 + s, kTileTokens, kBlock<kFormat>);  // one block of codes per token
-    c.tile(4 + s, kBlock<kFormat> / 4, 64);       // block / 4 rows of 16 rows x 4 k
+    c.tile(s, tokens, 64);                   // tokens x 16 int32 sums
+    c.tile(2 + s, tokens, kBlock<kFormat>);  // one block of codes per token
+    c.tile(4 + s, kBlock<kFormat> / 4, 64);  // block / 4 rows of 16 rows x 4 k
   }
   amx::load_tile_config(c);
 }
@@ -199,12 +205,15 @@ void w4a8_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, f
   alignas(64) float scales[kPassTiles][kSliceBlocks][kTileTokens];
   // A partial last token tile is copied here so that tile loads read no row past m; its other
   // rows are zeroed once (read, ignored).
+  // A call of fewer than 16 tokens configures tiles of that many rows instead, read in place.
   alignas(64) int8_t partial[kTileTokens * kSliceBlocks * kB];
-  if (m % kTileTokens != 0) std::memset(partial, 0, sizeof partial);
+  const int tile_rows = static_cast<int>(std::min<int64_t>(m, kTileTokens));
+  const bool copy_partial = m > kTileTokens && m % kTileTokens != 0;
+  if (copy_partial) std::memset(partial, 0, sizeof partial);
   TileOut o;
   o.ldy = ldy;
   o.out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
-  load_tile_config<kFormat>();
+  load_tile_config<kFormat>(tile_rows);
   for (int64_t p0 = 0; p0 < m; p0 += kPassTiles * kTileTokens) {
     const int64_t mp = std::min<int64_t>(kPassTiles * kTileTokens, m - p0);
     const int64_t tiles = (mp + kTileTokens - 1) / kTileTokens;
@@ -217,7 +226,7 @@ void w4a8_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, f
         const float* src = x.scales + (p0 + i) * x.lds + b0;
         for (int64_t b = 0; b < nb; ++b) scales[i / kTileTokens][b][i % kTileTokens] = src[b];
       }
-      if (rest != 0) {
+      if (copy_partial && rest != 0) {
         for (int64_t i = 0; i < rest; ++i) {
           std::memcpy(partial + i * nb * kB, x.q + (p0 + mp - rest + i) * x.ldq + b0 * kB,
                       static_cast<size_t>(nb * kB));
@@ -242,9 +251,10 @@ void w4a8_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, f
             token_tile<kFormat, kTileTokens>(decoded, nb, x.q + i0 * x.ldq + b0 * kB, x.ldq,
                                              scales[tt], ot);
           } else {
+            const int8_t* a = copy_partial ? partial : x.q + i0 * x.ldq + b0 * kB;
+            const int64_t lda = copy_partial ? nb * kB : x.ldq;
             with_mr<kTileTokens - 1>(rest, [&](auto mt) {
-              token_tile<kFormat, decltype(mt)::value>(decoded, nb, partial, nb * kB, scales[tt],
-                                                       ot);
+              token_tile<kFormat, decltype(mt)::value>(decoded, nb, a, lda, scales[tt], ot);
             });
           }
         }
@@ -258,7 +268,7 @@ void w4a8_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, f
 
 void nvfp4_gemm_w4a8_16r_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
                              float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  if (m < kAmxTokensMin) {
+  if (m < kAmxTokensMin<WeightFormat::kNvfp4>) {
     nvfp4_gemm_w4a8_16r_avx512_vnni(w, x, m, y, ldy, tile_begin, tile_end);
     return;
   }
@@ -267,7 +277,7 @@ void nvfp4_gemm_w4a8_16r_amx(const PackedMatrix& w, const QuantizedActivations& 
 
 void mxfp4_gemm_w4a8_16r_amx(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
                              float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  if (m < kAmxTokensMin) {
+  if (m < kAmxTokensMin<WeightFormat::kMxfp4>) {
     mxfp4_gemm_w4a8_16r_avx512_vnni(w, x, m, y, ldy, tile_begin, tile_end);
     return;
   }
