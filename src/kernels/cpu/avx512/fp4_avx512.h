@@ -66,8 +66,10 @@ struct Fp4TilePair {
 // Prefetches block b (block_bytes per tile) of pair p into L1, with its scale line every 8 blocks
 // (8 blocks' scales per 64-byte line): the int8 many-token kernels fetch the next tile set's
 // blocks of a slice while they decode the current one (a slice is only part of a tile, so the
-// bytes that follow it, which prefetch_ahead would fetch, are read much later).
-inline void prefetch_pair_block(const Fp4TilePair& p, int64_t b, int64_t block_bytes) {
+// bytes that follow it, which prefetch_ahead would fetch, are read much later). always_inline, as
+// prefetch_ahead: GCC 12 deletes calls to a function that only prefetches.
+[[gnu::always_inline]] inline void prefetch_pair_block(const Fp4TilePair& p, int64_t b,
+                                                       int64_t block_bytes) {
   const int64_t off = b * block_bytes;
   for (int64_t line = 0; line < block_bytes; line += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(p.codes_a + off + line), _MM_HINT_T0);
