@@ -148,9 +148,10 @@ struct Shape {
 };
 
 // M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13 (the VNNI many-token path from
-// 12; an AMX tile of 13 rows for MXFP4), 16 (one whole AMX token tile), 17 (a tile and one token),
-// 31, 33, 64, 97 (two VNNI passes), 256; N = 1, a tile - 1 / + 1, 17, 136; K = one block, three
-// blocks, 2048 (one AMX slice), and 2048 + 3 blocks (a second slice of odd length).
+// 12; an AMX tile of 13 rows for MXFP4; the AVX2 wide path for MXFP4, from 24 for NVFP4), 16 (one
+// whole AMX token tile), 17 (a tile and one token), 31, 33, 64, 97 (two VNNI passes), 256; N = 1, a
+// tile - 1 / + 1, 17, 136; K = one block, three blocks, 2048 (one AMX slice), and 2048 + 3 blocks
+// (a second slice of odd length).
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
@@ -278,9 +279,10 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
   const int block = kernels::weight_format_k_block(kernel.format);
   std::mt19937 rng(77);
-  // 3 tokens (token groups), 13 (one AMX tile of 13 rows for MXFP4) and 19 (a whole 16-token tile
-  // and a partial one); token 1 and the partial tile's first token (16) are poisoned.
-  for (int64_t m : {3, 13, 19}) {
+  // 3 tokens (token groups), 13 (one AMX tile of 13 rows for MXFP4), 19 (a whole 16-token tile
+  // and a partial one) and 27 (the AVX2 wide path for NVFP4 too); token 1 and the partial tile's
+  // first token (16) are poisoned.
+  for (int64_t m : {3, 13, 19, 27}) {
     SCOPED_TRACE("M=" + std::to_string(m));
     const int64_t n = 24, k = 4 * block;
     testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
