@@ -149,18 +149,20 @@ inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ld
   for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + i * kTileRows, a[i]);
 }
 
-template <WeightFormat kFormat>
-void fp4_tile_panel(const PackedMatrix& w, const uint8_t* tile, const uint8_t* scales,
-                    const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int rows) {
+// The panel driver: decode(k0, kc, panel) writes the tile's scaled F32 weights for k0 .. k0 + kc
+// (kc <= kPanelK) into the panel; out_scale is applied once per output.
+template <class Decode>
+void tile_panel(Decode&& decode, int64_t k, float out_scale_f, const float* x, int64_t ldx,
+                int64_t m, float* y, int64_t ldy, int rows) {
   alignas(32) float panel[kPanelK * kTileRows];
   alignas(32) float acc[kPanelTokens * kTileRows];
-  const __m256 out_scale = _mm256_set1_ps(w.tensor_scale * kFp4DecodeFactor);
+  const __m256 out_scale = _mm256_set1_ps(out_scale_f);
   for (int64_t m0 = 0; m0 < m; m0 += kPanelTokens) {
     const int64_t mb = std::min(kPanelTokens, m - m0);
     std::memset(acc, 0, sizeof(float) * mb * kTileRows);
-    for (int64_t k0 = 0; k0 < w.k; k0 += kPanelK) {
-      const int64_t kc = std::min(kPanelK, w.k - k0);
-      decode_panel<kFormat>(tile, scales, k0, kc, panel);
+    for (int64_t k0 = 0; k0 < k; k0 += kPanelK) {
+      const int64_t kc = std::min(kPanelK, k - k0);
+      decode(k0, kc, panel);
       for_token_groups<kPanelMr>(mb, [&](auto mr, int64_t i) {
         panel_fma<decltype(mr)::value>(panel, kc, x + (m0 + i) * ldx + k0, ldx,
                                        acc + i * kTileRows);
@@ -184,7 +186,9 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
     const int rows = at.rows;
     float* yt = y + t * kTileRows;
     if (m >= kPanelMinTokens) {
-      fp4_tile_panel<kFormat>(w, tile, scales, x, ldx, m, yt, ldy, rows);
+      tile_panel([&](int64_t k0, int64_t kc,
+                     float* panel) { decode_panel<kFormat>(tile, scales, k0, kc, panel); },
+                 w.k, w.tensor_scale * kFp4DecodeFactor, x, ldx, m, yt, ldy, rows);
       continue;
     }
     for_token_groups<4>(m, [&](auto mr, int64_t i) {
@@ -218,6 +222,34 @@ template <int MR, bool kTail>
     for (int i = 0; i < MR; ++i) {
       block[i][j % kChains] =
           _mm256_fmadd_ps(wk[j], _mm256_broadcast_ss(xk + i * ldx + j), block[i][j % kChains]);
+    }
+  }
+}
+
+// The FP8 panel (from kPanelMinTokens tokens): each k's 8 weights decoded as in fp8_chunk and
+// multiplied by their block's scale x 2^8, rounded once (e4m3 x 2^-8 and the power-of-two factor
+// are exact): the same rounding as the AVX-512 FP8 panel, inside the tests' FP64 bound. k past K
+// (the tail chunk's padding) is written as zero. k0 is a multiple of kPanelK, so of 4.
+inline void decode_panel_fp8(const uint8_t* tile, const float* scales, int64_t k0, int64_t kc,
+                             float* panel) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+  for (int64_t kk = 0; kk < kc; kk += kFp8ChunkK) {
+    const int64_t k = k0 + kk;
+    const __m256 scale = _mm256_set1_ps(scales[k / kFp8ScaleBlock] * 256.0f);
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + (k / kFp8ChunkK) * kChunkBytes));
+    const __m256i even =
+        _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, v), 1), mask);
+    const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, v), 1), mask);
+    const __m256 wk[4] = {_mm256_cvtph_ps(_mm256_castsi256_si128(even)),
+                          _mm256_cvtph_ps(_mm256_castsi256_si128(odd)),
+                          _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)),
+                          _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1))};
+    FP4MOE_UNROLL
+    for (int j = 0; j < kFp8ChunkK; ++j) {
+      _mm256_store_ps(panel + (kk + j) * kTileRows,
+                      kk + j < kc ? _mm256_mul_ps(wk[j], scale) : _mm256_setzero_ps());
     }
   }
 }
@@ -283,6 +315,12 @@ void fp8b128_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, in
     const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
+    if (m >= kPanelMinTokens) {
+      tile_panel([&](int64_t k0, int64_t kc,
+                     float* panel) { decode_panel_fp8(tile, scales, k0, kc, panel); },
+                 w.k, 1.0f, x, ldx, m, yt, ldy, rows);
+      continue;
+    }
     for_token_groups<4>(m, [&](auto mr, int64_t i) {
       fp8_tile<decltype(mr)::value>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
     });
