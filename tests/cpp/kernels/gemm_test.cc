@@ -41,11 +41,11 @@ struct Shape {
 
 // Shape classes: M = 1, 2, 3, the 4-token tile of the direct kernels - 1, tile, tile + 1 (also the
 // first M of the AVX-512 panel path, M >= 5), the 8-token tile of the AVX2 panel kernel (M >= 8)
-// - 1, tile, tile + 1 (FP4 and FP8), 12 (one whole 12-token AVX-512 block), 13 (split 7 + 6), 17, 25 (past the
-// 24-token block of a lone AVX-512 tile pair), 64, 256 (past the 96-token panel block); N = 1, an
-// 8-row tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing a 128-row FP8 scale block;
-// K: the smallest legal, not a multiple of the chunk (FP8), a partial 128-block (FP8) and a large K
-// (several 512-k panels).
+// - 1, tile, tile + 1 (FP4 and FP8), 12 (one whole 12-token AVX-512 block), 13 (split 7 + 6), 17,
+// 25 (past the 24-token block of a lone AVX-512 tile pair), 64, 256 (past the 96-token panel
+// block); N = 1, an 8-row tile - 1 / + 1, an AVX-512 tile pair - 1 / + 1, and N crossing a 128-row
+// FP8 scale block; K: the smallest legal, not a multiple of the chunk (FP8), a partial 128-block
+// (FP8) and a large K (several 512-k panels).
 std::vector<Shape> shapes_for(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<int64_t> ks;
