@@ -201,20 +201,26 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
 // FP8: 8 codes (one k, 8 rows) -> FP16 words: code << 8 (unpack with zero), arithmetic shift
 // right by 1 and clear bit 14 gives S.0EEEE.MMM0000000, an FP16 of value e4m3 * 2^-8 (FP16 bias
 // 15 vs 7); vcvtph2ps widens exactly. The 2^8 is folded into the block scale.
-template <int MR, bool kTail>
-[[gnu::always_inline]] inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx,
-                                             int valid_k, __m256 (&block)[MR][chains_for(MR)]) {
-  constexpr int kChains = chains_for(MR);
+[[gnu::always_inline]] inline void decode_fp8_chunk(const uint8_t* bytes,
+                                                    __m256 (&wk)[kFp8ChunkK]) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m256i zero = _mm256_setzero_si256();
   const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
   const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, v), 1), mask);
   const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, v), 1), mask);
   // unpacklo holds k = 0 (low lane) and k = 2 (high lane); unpackhi holds k = 1 and k = 3.
-  const __m256 wk[4] = {_mm256_cvtph_ps(_mm256_castsi256_si128(even)),
-                        _mm256_cvtph_ps(_mm256_castsi256_si128(odd)),
-                        _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)),
-                        _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1))};
+  wk[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(even));
+  wk[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(odd));
+  wk[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1));
+  wk[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1));
+}
+
+template <int MR, bool kTail>
+[[gnu::always_inline]] inline void fp8_chunk(const uint8_t* bytes, const float* xk, int64_t ldx,
+                                             int valid_k, __m256 (&block)[MR][chains_for(MR)]) {
+  constexpr int kChains = chains_for(MR);
+  __m256 wk[kFp8ChunkK];
+  decode_fp8_chunk(bytes, wk);
   FP4MOE_UNROLL
   for (int j = 0; j < kFp8ChunkK; ++j) {
     if (kTail && j >= valid_k) break;
@@ -226,26 +232,17 @@ template <int MR, bool kTail>
   }
 }
 
-// The FP8 panel (from kPanelMinTokens tokens): each k's 8 weights decoded as in fp8_chunk and
+// The FP8 panel (from kPanelMinTokens tokens): each k's 8 weights decoded (decode_fp8_chunk) and
 // multiplied by their block's scale x 2^8, rounded once (e4m3 x 2^-8 and the power-of-two factor
 // are exact): the same rounding as the AVX-512 FP8 panel, inside the tests' FP64 bound. k past K
 // (the tail chunk's padding) is written as zero. k0 is a multiple of kPanelK, so of 4.
 inline void decode_panel_fp8(const uint8_t* tile, const float* scales, int64_t k0, int64_t kc,
                              float* panel) {
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
   for (int64_t kk = 0; kk < kc; kk += kFp8ChunkK) {
     const int64_t k = k0 + kk;
     const __m256 scale = _mm256_set1_ps(scales[k / kFp8ScaleBlock] * 256.0f);
-    const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + (k / kFp8ChunkK) * kChunkBytes));
-    const __m256i even =
-        _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, v), 1), mask);
-    const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, v), 1), mask);
-    const __m256 wk[4] = {_mm256_cvtph_ps(_mm256_castsi256_si128(even)),
-                          _mm256_cvtph_ps(_mm256_castsi256_si128(odd)),
-                          _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)),
-                          _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1))};
+    __m256 wk[kFp8ChunkK];
+    decode_fp8_chunk(tile + (k / kFp8ChunkK) * kChunkBytes, wk);
     FP4MOE_UNROLL
     for (int j = 0; j < kFp8ChunkK; ++j) {
       _mm256_store_ps(panel + (kk + j) * kTileRows,
