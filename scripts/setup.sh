@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(cmake g++ clang libclang-rt-14-dev make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
+apt_packages=(cmake g++ ccache clang libclang-rt-14-dev make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
               libgtest-dev libgmock-dev libbenchmark-dev libsimde-dev python3-venv)
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -32,6 +32,12 @@ if ! cmp -s "$requirements" .venv/.requirements.installed 2>/dev/null; then
   cp "$requirements" .venv/.requirements.installed
 fi
 
+# ccache: the wheel (scripts/build_wheel.sh) compiles the same sources with the same flags as this
+# build, so its compiles are cache hits (and so are rebuilds after a checkout switch). Read by
+# CMake when it first configures a build directory.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+fi
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 

@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cmake --preset avx512-emulated >/dev/null
-cmake --build --preset avx512-emulated -j "$(nproc)" --target test_kernels test_moe
+# fp4moe_c too: capi_asan.sh runs the C ABI tests on this build's libfp4moe.so.
+cmake --build --preset avx512-emulated -j "$(nproc)" --target test_kernels test_moe fp4moe_c
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 ctest --preset avx512-emulated -j "$(nproc)" | tee "$log"

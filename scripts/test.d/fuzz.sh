@@ -50,7 +50,15 @@ run_fuzzer() {
        "coverage $cov edges, no crashes"
 }
 
+# The two targets fuzz at once, one per core (each libFuzzer run is one thread); each reports in
+# its own subshell, and this script fails if either does.
 # -max_len: the header bombs are 100 KB; let mutations grow a little past them.
-run_fuzzer fuzz_safetensors_header "$work/safetensors" 131072 "safetensors header parser"
+run_fuzzer fuzz_safetensors_header "$work/safetensors" 131072 "safetensors header parser" &
+header_pid=$!
 # The largest corpus configs are a few hundred KB; detection must stay linear on all of them.
-run_fuzzer fuzz_config_detect "$work/config" 262144 "config detection"
+run_fuzzer fuzz_config_detect "$work/config" 262144 "config detection" &
+config_pid=$!
+status=0
+wait "$header_pid" || status=1
+wait "$config_pid" || status=1
+exit "$status"
