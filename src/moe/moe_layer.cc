@@ -224,6 +224,7 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   }
   // Upper bound on tasks per phase: every matrix cut into at most 64 tasks.
   layer.tasks_.reserve((layer.experts_.size() + layer.shared_.size()) * 2 * 64);
+  layer.order_.reserve(layer.tasks_.capacity());
   return layer;
 }
 
@@ -240,9 +241,23 @@ void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64
   }
 }
 
-void MoeLayer::run_tasks(ThreadPool& pool) {
-  pool.run(static_cast<int64_t>(tasks_.size()), [this](int64_t i, int) {
-    const Task& t = tasks_[i];
+void MoeLayer::run_tasks(ThreadPool& pool, size_t routed_end) {
+  // The shared experts' tasks spread evenly among the routed ones (a Bresenham merge), not queued
+  // after them: a shared expert in another format (DeepSeek-V4's FP8 one beside FP4 routed
+  // experts) may be bound by its decode while the routed products are bound by DRAM; interleaved,
+  // one thread decodes while the other streams, instead of both waiting on the same limit.
+  const size_t routed = routed_end, shared = tasks_.size() - routed_end;
+  order_.clear();
+  for (size_t r = 0, s = 0; r < routed || s < shared;) {
+    // Take a shared task while the shared fraction taken is behind the routed fraction taken.
+    if (s < shared && (r == routed || (s + 1) * routed <= (r + 1) * shared)) {
+      order_.push_back(tasks_[routed + s++]);
+    } else {
+      order_.push_back(tasks_[r++]);
+    }
+  }
+  pool.run(static_cast<int64_t>(order_.size()), [this](int64_t i, int) {
+    const Task& t = order_[i];
     if (t.plan->precision() == dispatch::Precision::kW4A8) {
       t.plan->run_tiles_w4a8(t.xq, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
     } else {
@@ -326,6 +341,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     last_bytes_ +=
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
+  size_t routed_end = tasks_.size();
   int64_t shared_off = 0;
   const kernels::QuantizedActivations shared_xq =
       shared_in_w4a8_ ? shared_in_q_.view(0) : kernels::QuantizedActivations{};
@@ -338,7 +354,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     last_bytes_ +=
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
   }
-  run_tasks(pool);
+  run_tasks(pool, routed_end);
   clock.job();
   clock.end(MoePhase::kGateUp);
 
@@ -380,6 +396,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     add_tasks(experts_[e].down, gate_.data() + off * max_inter_, max_inter_, aq, counts_[e],
               out_.data() + off * h, h, threads);
   }
+  routed_end = tasks_.size();
   shared_off = 0;
   for (size_t s = 0; s < shared_.size(); ++s) {
     const kernels::QuantizedActivations aq =
@@ -390,7 +407,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
               tokens, shared_out_.data() + s * tokens * h, h, threads);
     shared_off += shared_[s].inter;
   }
-  run_tasks(pool);
+  run_tasks(pool, routed_end);
   clock.job();
   clock.end(MoePhase::kDown);
 

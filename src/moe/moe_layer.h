@@ -118,7 +118,9 @@ class MoeLayer {
   void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx,
                  const kernels::QuantizedActivations& xq, int64_t m, float* y, int64_t ldy,
                  int threads);
-  void run_tasks(ThreadPool& pool);
+  // Runs tasks_ [0, routed_end) (routed products) and [routed_end, end) (shared products),
+  // the shared ones spread evenly among the routed ones (see the definition).
+  void run_tasks(ThreadPool& pool, size_t routed_end);
 
   MoeConfig config_;
   RouterWeights router_;
@@ -135,7 +137,7 @@ class MoeLayer {
   std::vector<float> gate_, up_;  // [T * K, I_max]
   std::vector<float> out_;        // [T * K, H]
   std::vector<float> shared_gate_, shared_up_, shared_out_;  // [T, I_s], [T, I_s], [n_s, T, H]
-  std::vector<Task> tasks_;
+  std::vector<Task> tasks_, order_;  // order_: tasks_ in the order run_tasks hands them out
   // W4A8 activations (empty when no plan of that role is W4A8): the grouped inputs, the tokens
   // for the shared experts, and the gated activations feeding the routed / shared down products.
   dispatch::QuantizedActivationBuffer routed_in_q_, shared_in_q_, routed_act_q_, shared_act_q_;
