@@ -16,8 +16,7 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requ
 "$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "${backend[@]}"
 
 rm -f dist/fp4moe-*.whl
-# ccache (scripts/setup.sh installs it): the library's sources compile with the same flags as the
-# release preset's, so after scripts/setup.sh's build they are cache hits.
+# ccache (scripts/setup.sh installs it): a rebuild of a removed build/wheel directory hits it.
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
 fi
