@@ -13,6 +13,13 @@
 
 namespace fp4moe::kernels::avx2 {
 
+// 2 * e2m1(code) for codes 0..15, signed, repeated in both 128-bit lanes (pshufb is in-lane): the
+// exact path's decode (gemm_avx2.cc) and the W4A8 wide path's signed weights (w4a8_avx2.cc).
+inline __m256i e2m1_x2_lut() {
+  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
+                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+
 // The 8 rows' block scales as floats. UE4M3 -> F32: code << 20 lands the 4 exponent and 3
 // mantissa bits in F32's fields (bias 127 instead of 7, so times 2^120); F32 subnormals make
 // E4M3's subnormals exact too. E8M0 -> F32: code << 23 is 2^(code - 127) for codes 1..254; code

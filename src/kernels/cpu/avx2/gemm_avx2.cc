@@ -18,11 +18,6 @@
 namespace fp4moe::kernels {
 namespace {
 
-// 2 * e2m1(code) for codes 0..15, repeated in both 128-bit lanes (pshufb is in-lane).
-inline __m256i e2m1_x2_lut() {
-  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
-                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
 constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
 
 // pshufb control moving bytes 4j..4j+3 of each 128-bit lane to the top byte of its 4 dwords and
@@ -38,6 +33,7 @@ inline __m256i top_byte_ctrl(int j) {
 #define FP4MOE_UNROLL _Pragma("GCC unroll 16")
 
 using avx2::decode_block_scales;
+using avx2::e2m1_x2_lut;
 using avx2::store_rows;
 
 // Independent FMA chains per token within a block: an FMA has 4 cycles of latency and a chunk

@@ -207,9 +207,8 @@ inline void w4a8_tiles_some(const PackedMatrix& w, const uint8_t* tile, const ui
 // Many tokens (from kManyTokensMin, the "wide" path): each K block of a tile is decoded once per
 // pass of up to kPassTokens tokens and every token of the pass runs over it. The roles of the two
 // pmaddubsw operands swap against the few-token path: the weights are the signed operand, 2 * e2m1
-// in
-// [-12, 12], so pmaddubsw reads them straight from the decoded L1 buffer as a memory operand, and
-// the activations are the unsigned one, q + 128 in [1, 255] (packed once per slice, q ^ 0x80).
+// in [-12, 12], so pmaddubsw reads them straight from the decoded L1 buffer as a memory operand,
+// and the activations are the unsigned one, q + 128 in [1, 255] (packed once per slice, q ^ 0x80).
 // Then sum((q + 128) * w) - 128 * sum(w) is sum(q * (2 * e2m1)), exact: |pair| <= 2 * 255 * 12 =
 // 6120, four pairs summed in int16 <= 24480, and the weight-side correction -128 * sum(w) is
 // decoded once per tile and block. Each block's F32 operations are the scalar kernel's (fma of
@@ -230,12 +229,6 @@ constexpr int64_t kPassTokens = 64;
 constexpr int64_t kSliceBlocks = 8;  // NVFP4: 128 k, MXFP4: 256 k
 constexpr int kMaxTiles = 4;
 
-// 2 * e2m1 for each code, signed.
-inline __m256i e2m1_x2_lut() {
-  return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,  //
-                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
-
 // One K block of one tile for the many-token path: w[j] holds k 4j..4j+3 of the block, dword r =
 // row r, signed 2 * e2m1; corr = -128 * (the row's sum of w over the block), int32; the rows'
 // block scales.
@@ -250,7 +243,7 @@ template <WeightFormat kFormat>
 [[gnu::always_inline]] inline void decode_signed_block(const uint8_t* block, const uint8_t* scales,
                                                        SignedBlock<kFormat>& d) {
   constexpr int kChunks = kW4a8Chunks<kFormat>;
-  const __m256i lut = e2m1_x2_lut();
+  const __m256i lut = avx2::e2m1_x2_lut();
   const __m256i transpose = transpose4x4_ctrl();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones8 = _mm256_set1_epi8(1);
