@@ -31,8 +31,7 @@ cleanup() {
 trap cleanup EXIT
 if [[ -z "${FP4MOE_SKIP_ENGINES:-}" ]]; then
   setsid bash -c 'for e in sglang vllm; do
-      v=$(python3 -c "import sys; sys.path.insert(0, \"tests/engines\"); import verdicts as v; print(v.newest(sys.argv[1]))" "$e")
-      scripts/engines/env.sh "$e" "$v"
+      scripts/engines/env.sh "$e" "$(scripts/engines/newest.sh "$e")"
     done
     scripts/engines/cpu_sources.sh' >"$engines_log" 2>&1 &
   engines_pid=$!

@@ -17,7 +17,7 @@ if [[ -n "${FP4MOE_SKIP_ENGINES:-}" ]]; then
   echo "engines.sh: skipped (FP4MOE_SKIP_ENGINES is set)"
   exit 0
 fi
-newest() { .venv/bin/python -c 'import sys; sys.path.insert(0, "tests/engines"); import verdicts as v; print(v.newest(sys.argv[1]))' "$1"; }
+newest() { scripts/engines/newest.sh "$1"; }
 t0=$SECONDS
 FP4MOE_ENGINE_SGLANG_PY=$(scripts/engines/env.sh sglang "$(newest sglang)" | tail -n1)
 FP4MOE_ENGINE_VLLM_PY=$(scripts/engines/env.sh vllm "$(newest vllm)" | tail -n1)

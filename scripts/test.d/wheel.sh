@@ -21,7 +21,7 @@ python3 -m venv "$env_dir/venv"
 # and cached) has the PyPI torch; its site-packages go at the end of this venv's path (a .pth
 # file), so the wheel and this venv's numpy come first.
 if [[ -z "${FP4MOE_SKIP_ENGINES:-}" ]]; then
-  newest=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "tests/engines"); import verdicts as v; print(v.newest("sglang"))')
+  newest=$(scripts/engines/newest.sh sglang)
   engine_py=$(scripts/engines/env.sh sglang "$newest" | tail -n1)
   engine_site=$("$engine_py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   venv_site=$("$env_dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
