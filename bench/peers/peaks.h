@@ -15,6 +15,24 @@ inline constexpr double kDpbusdAvx512OpsPerIter = 12 * 64 * 2;  // 12 x vpdpbusd
 // 4 x tdpbssd of 16 x 16 outputs over k bytes
 inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; }
 
+// The 12 chains of one iteration as inline assembly, for the integer loops: `OP(i)` gives the
+// instruction for chain i (its operand named %[c<i>]); the chains are 12 variables v0 .. v11,
+// register operands C ("+x" or "+v"). GCC 12 compiled the AVX2 vpmaddubsw loop, written with
+// intrinsics over an array of 12 accumulators, with 7 stores to the stack per iteration (it
+// measured 1.28 vpmaddubsw per cycle on Zen 3, where this form measures 2.0: an int8 peak 1.56x
+// too low), and the AVX-512 vpdpbusd loop with 13 register copies per 12 instructions. Separate
+// variables, not an array: with array elements as operands GCC stores the array back every
+// iteration. The FMA loops compile clean from intrinsics (and gave two copies per iteration when
+// written this way). tests/python/test_kernel_objects.py checks every loop's machine code.
+#define FP4MOE_PEAK_12(OP)                                                         \
+  OP("0")                                                                          \
+  OP("1") OP("2") OP("3") OP("4") OP("5") OP("6") OP("7") OP("8") OP("9") OP("10") \
+      OP("1"                                                                       \
+         "1")
+#define FP4MOE_PEAK_12_OPERANDS(C, v)                                                 \
+  [c0] C(v##0), [c1] C(v##1), [c2] C(v##2), [c3] C(v##3), [c4] C(v##4), [c5] C(v##5), \
+      [c6] C(v##6), [c7] C(v##7), [c8] C(v##8), [c9] C(v##9), [c10] C(v##10), [c11] C(v##11)
+
 float fma_f32_avx2(int64_t iters);
 float fma_f32_avx512(int64_t iters);
 int32_t maddubs_i8_avx2(int64_t iters);

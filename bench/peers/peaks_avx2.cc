@@ -22,15 +22,19 @@ float fma_f32_avx2(int64_t iters) {
 int32_t maddubs_i8_avx2(int64_t iters) {
   // vpmaddubsw has no accumulate: each chain feeds its own result back as the unsigned operand,
   // which keeps 12 independent chains (latency 3-5 cycles x 2 ports).
-  __m256i acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
+  auto init = [](int i) { return _mm256_set1_epi8(static_cast<char>(i + 1)); };
+  __m256i v0 = init(0), v1 = init(1), v2 = init(2), v3 = init(3), v4 = init(4), v5 = init(5);
+  __m256i v6 = init(6), v7 = init(7), v8 = init(8), v9 = init(9), v10 = init(10), v11 = init(11);
   const __m256i w = _mm256_set1_epi8(1);
+#define FP4MOE_MADDUBS(i) "vpmaddubsw %[w], %[c" i "], %[c" i "]\n\t"
   for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_maddubs_epi16(acc[i], w);
+    asm(FP4MOE_PEAK_12(FP4MOE_MADDUBS) : FP4MOE_PEAK_12_OPERANDS("+x", v) : [w] "x"(w));
   }
-  __m256i s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_xor_si256(s, acc[i]);
+#undef FP4MOE_MADDUBS
+  const __m256i s = _mm256_xor_si256(
+      _mm256_xor_si256(_mm256_xor_si256(_mm256_xor_si256(v0, v1), _mm256_xor_si256(v2, v3)),
+                       _mm256_xor_si256(_mm256_xor_si256(v4, v5), _mm256_xor_si256(v6, v7))),
+      _mm256_xor_si256(_mm256_xor_si256(v8, v9), _mm256_xor_si256(v10, v11)));
   return _mm256_extract_epi32(s, 0);
 }
 

@@ -5,6 +5,11 @@ prefetches, so GCC marked it `const` and dropped its calls as dead code (src/ker
 Nothing else noticed: the results stay right, only the decode bandwidth falls. This test
 disassembles the built kernel library (binutils' objdump) and requires, in every object file of
 a streaming SIMD kernel, the prefetch instructions and the ISA's signature instructions.
+
+bench_peaks' throughput loops (bench/peers/peaks*.cc) are the yardstick the peer benchmark divides
+by; GCC 12 once compiled the AVX2 vpmaddubsw loop with 7 stack stores per iteration, which measured
+the stores and reported an int8 peak 1.56x too low. Their hot loops must hold the 12 measured
+instructions and nothing but loop control.
 """
 import os
 import re
@@ -61,3 +66,71 @@ def test_simd_kernel_object_holds_its_instructions(members, member):
     counts = {m: sum(1 for x in mnemonics if x == m) for m in EXPECTED[member]}
     missing = [m for m, c in counts.items() if c == 0]
     assert not missing, f"{member}: no {missing} in its machine code ({len(mnemonics)} instructions)"
+
+
+PEAKS = BUILD / "bench_peaks"
+# throughput function (symbol prefix) -> the instruction its loop measures (any of its operand
+# orders), 12 per iteration
+FMA = ("vfmadd132ps", "vfmadd213ps", "vfmadd231ps")
+PEAK_LOOPS = {
+    "fp4moe::bench::fma_f32_avx2": FMA,
+    "fp4moe::bench::fma_f32_avx512": FMA,
+    "fp4moe::bench::maddubs_i8_avx2": ("vpmaddubsw",),
+    "fp4moe::bench::dpbusd_i8_avx512": ("vpdpbusd",),
+}
+LOOP_CONTROL = {"add", "sub", "inc", "dec", "cmp", "test", "jne", "jnz", "jb", "jl", "jg", "ja",
+                "nop", "xchg"}
+
+
+def function_lines(disassembly, name):
+    """The instruction lines (address, mnemonic, text) of the function whose demangled name
+    starts with `name`."""
+    lines, inside = [], False
+    for line in disassembly.splitlines():
+        header = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if header:
+            inside = header.group(1).startswith(name + "(")
+            continue
+        m = re.match(r"^\s+([0-9a-f]+):\t(\S+)\s*(.*)$", line)
+        if inside and m:
+            lines.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    return lines
+
+
+def hot_loop(lines, mnemonics):
+    """The body of the backward branch whose body holds the most of `mnemonics`."""
+    addresses = [a for a, _, _ in lines]
+    best = []
+    for i, (_, op, text) in enumerate(lines):
+        target = re.match(r"([0-9a-f]+) <", text)
+        if not op.startswith("j") or target is None:
+            continue
+        t = int(target.group(1), 16)
+        if t in addresses and t <= lines[i][0]:
+            body = lines[addresses.index(t):i + 1]
+            if (sum(op2 in mnemonics for _, op2, _ in body) >
+                    sum(op2 in mnemonics for _, op2, _ in best)):
+                best = body
+    return best
+
+
+@pytest.fixture(scope="module")
+def peaks_disassembly():
+    if shutil.which("objdump") is None:
+        pytest.fail("objdump (binutils) is not installed; scripts/setup.sh installs g++, which needs it")
+    assert PEAKS.exists(), f"{PEAKS} is not built"
+    return subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(PEAKS)], check=True,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("function", sorted(PEAK_LOOPS))
+def test_peak_loop_is_the_measured_instruction_and_loop_control(peaks_disassembly, function):
+    mnemonics = PEAK_LOOPS[function]
+    lines = function_lines(peaks_disassembly, function)
+    assert lines, f"{function} not found in {PEAKS}"
+    body = hot_loop(lines, mnemonics)
+    ops = [op for _, op, _ in body]
+    measured = sum(op in mnemonics for op in ops)
+    assert measured == 12, f"{function}: its loop holds {measured} of {mnemonics}: {ops}"
+    other = [f"{op} {text}" for _, op, text in body if op not in mnemonics and op not in LOOP_CONTROL]
+    assert not other, f"{function}: its loop also holds {other}, which the peak would measure"
