@@ -98,19 +98,27 @@ inline void fp4_tile(const PackedMatrix& w, const uint8_t* tile, const uint8_t* 
   for (int i = 0; i < MR; ++i) store_rows(y + i * ldy, _mm256_mul_ps(total[i], out_scale), rows);
 }
 
-// ---- Many tokens: decode a panel of the tile once, then a register-blocked FMA kernel. ----------
+// ---- Many tokens: decode a panel of the tiles once, then a register-blocked FMA kernel. -------
 // From kPanelMinTokens tokens on, re-decoding the weights for every 4 tokens costs more than
 // writing them once, scaled, to an L1-resident panel that every token then reads: the decoded
 // weight times its block scale is exact in F32 (2-bit and 4-bit significands), so the sum is the
 // same W4A16 product, only summed without per-block partial sums.
+// Tiles go in pairs (16 rows, two vectors per k) against 6 tokens: 12 accumulators, 2 weight
+// vectors and a broadcast per k, so 8 loads feed 12 FMAs (one tile against 8 tokens loaded 9 per
+// 8; Zen 3 sustains about 1.6 SIMD loads per cycle, measured, short of the 2.25 that 2 FMAs per
+// cycle would need). A last odd tile runs alone against 8 tokens.
 constexpr int64_t kPanelMinTokens = 8;
-constexpr int64_t kPanelK = 512;      // 512 k x 8 rows x 4 bytes = 16 KiB: half of L1d
-constexpr int64_t kPanelTokens = 96;  // accumulators of up to 96 tokens x 8 rows on the stack
-constexpr int kPanelMr = 8;           // 8 accumulators + 1 weight vector + 1 broadcast register
+constexpr int64_t kPanelFloats = 4096;  // 16 KiB: half of L1d (512 k x 8 rows or 256 k x 16)
+constexpr int64_t kPanelTokens = 96;    // accumulators of up to 96 tokens x 16 rows on the stack
+template <int kTiles>
+constexpr int64_t kPanelK = kPanelFloats / (kTiles * kTileRows);
+template <int kTiles>
+constexpr int kPanelMr = kTiles == 1 ? 8 : 6;  // accumulators + weight vectors + a broadcast
 
+// The tile's scaled F32 weights for k0 .. k0 + kc, k's 8 rows at panel + (k - k0) * stride.
 template <WeightFormat kFormat>
 inline void decode_panel(const uint8_t* tile, const uint8_t* scales, int64_t k0, int64_t kc,
-                         float* panel) {
+                         float* panel, int64_t stride) {
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const __m256i lut = e2m1_x2_lut();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -119,61 +127,113 @@ inline void decode_panel(const uint8_t* tile, const uint8_t* scales, int64_t k0,
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + c * kChunkBytes));
     const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
-    float* out = panel + (c * kFp4ChunkK - k0) * kTileRows;
+    float* out = panel + (c * kFp4ChunkK - k0) * stride;
     FP4MOE_UNROLL
     for (int kk = 0; kk < kFp4ChunkK; ++kk) {
       const __m256 wv =
           _mm256_cvtepi32_ps(_mm256_shuffle_epi8(kk < 4 ? lo : hi, top_byte_ctrl(kk % 4)));
-      _mm256_store_ps(out + kk * kTileRows, _mm256_mul_ps(wv, scale));
+      _mm256_store_ps(out + kk * stride, _mm256_mul_ps(wv, scale));
     }
   }
 }
 
-// acc[i] += panel . x[i] over kc k's, for MR tokens.
-template <int MR>
+// acc[i] += panel . x[i] over kc k's, for MR tokens and kTiles tiles (the panel holds kTiles x 8
+// rows per k; acc holds each token's kTiles x 8 sums).
+template <int MR, int kTiles>
 inline void panel_fma(const float* panel, int64_t kc, const float* x, int64_t ldx, float* acc) {
-  __m256 a[MR];
+  constexpr int64_t kW = kTiles * kTileRows;
+  __m256 a[MR][kTiles];
   FP4MOE_UNROLL
-  for (int i = 0; i < MR; ++i) a[i] = _mm256_load_ps(acc + i * kTileRows);
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 wv = _mm256_load_ps(panel + k * kTileRows);
+  for (int i = 0; i < MR; ++i) {
     FP4MOE_UNROLL
-    for (int i = 0; i < MR; ++i)
-      a[i] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + i * ldx + k), a[i]);
+    for (int t = 0; t < kTiles; ++t) a[i][t] = _mm256_load_ps(acc + i * kW + t * kTileRows);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 wv[kTiles];
+    FP4MOE_UNROLL
+    for (int t = 0; t < kTiles; ++t) wv[t] = _mm256_load_ps(panel + k * kW + t * kTileRows);
+    FP4MOE_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xb = _mm256_broadcast_ss(x + i * ldx + k);
+      FP4MOE_UNROLL
+      for (int t = 0; t < kTiles; ++t) a[i][t] = _mm256_fmadd_ps(wv[t], xb, a[i][t]);
+    }
   }
   FP4MOE_UNROLL
-  for (int i = 0; i < MR; ++i) _mm256_store_ps(acc + i * kTileRows, a[i]);
+  for (int i = 0; i < MR; ++i) {
+    FP4MOE_UNROLL
+    for (int t = 0; t < kTiles; ++t) _mm256_store_ps(acc + i * kW + t * kTileRows, a[i][t]);
+  }
 }
 
-// The panel driver: decode(k0, kc, panel) writes the tile's scaled F32 weights for k0 .. k0 + kc
-// (kc <= kPanelK) into the panel; out_scale is applied once per output.
-template <class Decode>
-void tile_panel(Decode&& decode, int64_t k, float out_scale_f, const float* x, int64_t ldx,
-                int64_t m, float* y, int64_t ldy, int rows) {
-  alignas(32) float panel[kPanelK * kTileRows];
-  alignas(32) float acc[kPanelTokens * kTileRows];
+// The panel driver for kTiles (1 or 2) adjacent tiles: decode(t, k0, kc, panel, stride) writes
+// tile t's scaled F32 weights for k0 .. k0 + kc (kc <= kPanelK) into the panel (decode_panel's
+// layout); out_scale is applied once per output. Each output's FMAs run in k order into one
+// accumulator, whatever the panel size or pairing: the same bits as one tile at a time.
+template <int kTiles, class Decode>
+void tiles_panel(Decode&& decode, int64_t k, float out_scale_f, const float* x, int64_t ldx,
+                 int64_t m, float* y, int64_t ldy, const int (&rows)[kTiles]) {
+  constexpr int64_t kW = kTiles * kTileRows;
+  alignas(32) float panel[kPanelFloats];
+  alignas(32) float acc[kPanelTokens * kW];
   const __m256 out_scale = _mm256_set1_ps(out_scale_f);
   for (int64_t m0 = 0; m0 < m; m0 += kPanelTokens) {
     const int64_t mb = std::min(kPanelTokens, m - m0);
-    std::memset(acc, 0, sizeof(float) * mb * kTileRows);
-    for (int64_t k0 = 0; k0 < k; k0 += kPanelK) {
-      const int64_t kc = std::min(kPanelK, k - k0);
-      decode(k0, kc, panel);
-      for_token_groups<kPanelMr>(mb, [&](auto mr, int64_t i) {
-        panel_fma<decltype(mr)::value>(panel, kc, x + (m0 + i) * ldx + k0, ldx,
-                                       acc + i * kTileRows);
+    std::memset(acc, 0, sizeof(float) * mb * kW);
+    for (int64_t k0 = 0; k0 < k; k0 += kPanelK<kTiles>) {
+      const int64_t kc = std::min(kPanelK<kTiles>, k - k0);
+      for (int t = 0; t < kTiles; ++t) decode(t, k0, kc, panel + t * kTileRows, kW);
+      for_token_groups<kPanelMr<kTiles>>(mb, [&](auto mr, int64_t i) {
+        panel_fma<decltype(mr)::value, kTiles>(panel, kc, x + (m0 + i) * ldx + k0, ldx,
+                                               acc + i * kW);
       });
     }
     for (int64_t i = 0; i < mb; ++i) {
-      store_rows(y + (m0 + i) * ldy, _mm256_mul_ps(_mm256_load_ps(acc + i * kTileRows), out_scale),
-                 rows);
+      for (int t = 0; t < kTiles; ++t) {
+        store_rows(y + (m0 + i) * ldy + t * kTileRows,
+                   _mm256_mul_ps(_mm256_load_ps(acc + i * kW + t * kTileRows), out_scale), rows[t]);
+      }
     }
+  }
+}
+
+// Tiles [tile_begin, tile_end) through tiles_panel, in pairs and a last odd one alone;
+// decode(tile, t, k0, kc, panel, stride) decodes tile `tile`.
+template <class Decode>
+void panel_tiles(const PackedMatrix& w, Decode&& decode, float out_scale, const float* x,
+                 int64_t ldx, int64_t m, float* y, int64_t ldy, int64_t tile_begin,
+                 int64_t tile_end) {
+  auto rows_of = [&](int64_t t) {
+    return static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
+  };
+  int64_t t = tile_begin;
+  for (; t + 1 < tile_end; t += 2) {
+    const int rows[2] = {rows_of(t), rows_of(t + 1)};
+    tiles_panel<2>([&](int i, int64_t k0, int64_t kc, float* panel,
+                       int64_t stride) { decode(t + i, k0, kc, panel, stride); },
+                   w.k, out_scale, x, ldx, m, y + t * kTileRows, ldy, rows);
+  }
+  if (t < tile_end) {
+    const int rows[1] = {rows_of(t)};
+    tiles_panel<1>([&](int, int64_t k0, int64_t kc, float* panel,
+                       int64_t stride) { decode(t, k0, kc, panel, stride); },
+                   w.k, out_scale, x, ldx, m, y + t * kTileRows, ldy, rows);
   }
 }
 
 template <WeightFormat kFormat>
 void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                    int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  if (m >= kPanelMinTokens) {
+    panel_tiles(
+        w,
+        [&](int64_t t, int64_t k0, int64_t kc, float* panel, int64_t stride) {
+          const avx2::Fp4Tile at = avx2::fp4_tile_at(w, t);
+          decode_panel<kFormat>(at.codes, at.scales, k0, kc, panel, stride);
+        },
+        w.tensor_scale * kFp4DecodeFactor, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     // Not a structured binding: the token lambdas below capture these (clang < 16 cannot).
     const avx2::Fp4Tile at = avx2::fp4_tile_at(w, t);
@@ -181,12 +241,6 @@ void fp4_gemm_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m
     const uint8_t* scales = at.scales;
     const int rows = at.rows;
     float* yt = y + t * kTileRows;
-    if (m >= kPanelMinTokens) {
-      tile_panel([&](int64_t k0, int64_t kc,
-                     float* panel) { decode_panel<kFormat>(tile, scales, k0, kc, panel); },
-                 w.k, w.tensor_scale * kFp4DecodeFactor, x, ldx, m, yt, ldy, rows);
-      continue;
-    }
     for_token_groups<4>(m, [&](auto mr, int64_t i) {
       fp4_tile<kFormat, decltype(mr)::value>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy,
                                              rows);
@@ -233,7 +287,7 @@ template <int MR, bool kTail>
 // are exact): the same rounding as the AVX-512 FP8 panel, inside the tests' FP64 bound. k past K
 // (the tail chunk's padding) is written as zero. k0 is a multiple of kPanelK, so of 4.
 inline void decode_panel_fp8(const uint8_t* tile, const float* scales, int64_t k0, int64_t kc,
-                             float* panel) {
+                             float* panel, int64_t stride) {
   for (int64_t kk = 0; kk < kc; kk += kFp8ChunkK) {
     const int64_t k = k0 + kk;
     const __m256 scale = _mm256_set1_ps(scales[k / kFp8ScaleBlock] * 256.0f);
@@ -241,7 +295,7 @@ inline void decode_panel_fp8(const uint8_t* tile, const float* scales, int64_t k
     decode_fp8_chunk(tile + (k / kFp8ChunkK) * kChunkBytes, wk);
     FP4MOE_UNROLL
     for (int j = 0; j < kFp8ChunkK; ++j) {
-      _mm256_store_ps(panel + (kk + j) * kTileRows,
+      _mm256_store_ps(panel + (kk + j) * stride,
                       kk + j < kc ? _mm256_mul_ps(wk[j], scale) : _mm256_setzero_ps());
     }
   }
@@ -303,17 +357,24 @@ void mxfp4_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int6
 void fp8b128_gemm_8r_avx2(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                           int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  auto tile_scales = [&](int64_t t) {
+    return w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
+  };
+  if (m >= kPanelMinTokens) {
+    panel_tiles(
+        w,
+        [&](int64_t t, int64_t k0, int64_t kc, float* panel, int64_t stride) {
+          decode_panel_fp8(w.codes + t * w.chunks * kChunkBytes, tile_scales(t), k0, kc, panel,
+                           stride);
+        },
+        1.0f, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
   for (int64_t t = tile_begin; t < tile_end; ++t) {
     const uint8_t* tile = w.codes + t * w.chunks * kChunkBytes;
-    const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
+    const float* scales = tile_scales(t);
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows));
     float* yt = y + t * kTileRows;
-    if (m >= kPanelMinTokens) {
-      tile_panel([&](int64_t k0, int64_t kc,
-                     float* panel) { decode_panel_fp8(tile, scales, k0, kc, panel); },
-                 w.k, 1.0f, x, ldx, m, yt, ldy, rows);
-      continue;
-    }
     for_token_groups<4>(m, [&](auto mr, int64_t i) {
       fp8_tile<decltype(mr)::value>(w, tile, scales, x + i * ldx, ldx, yt + i * ldy, ldy, rows);
     });
