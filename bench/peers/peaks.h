@@ -12,6 +12,9 @@ inline constexpr double kFmaAvx2OpsPerIter = 12 * 8 * 2;        // 12 x vfmadd23
 inline constexpr double kFmaAvx512OpsPerIter = 12 * 16 * 2;     // 12 x vfmadd231ps zmm
 inline constexpr double kMaddubsAvx2OpsPerIter = 12 * 32 * 2;   // 12 x vpmaddubsw ymm
 inline constexpr double kDpbusdAvx512OpsPerIter = 12 * 64 * 2;  // 12 x vpdpbusd zmm
+// 3 groups of the AVX2 W4A8 block dot: 4 x vpmaddubsw ymm (the counted operations), 3 x vpaddw,
+// vpmaddwd, vpaddd
+inline constexpr double kW4a8MixAvx2OpsPerIter = 3 * 4 * 32 * 2;
 // 4 x tdpbssd of 16 x 16 outputs over k bytes
 inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; }
 
@@ -24,10 +27,11 @@ inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; 
 // variables, not an array: with array elements as operands GCC stores the array back every
 // iteration. The FMA loops compile clean from intrinsics (and gave two copies per iteration when
 // written this way). tests/python/test_kernel_objects.py checks every loop's machine code.
-#define FP4MOE_PEAK_12(OP)                                                         \
-  OP("0")                                                                          \
-  OP("1") OP("2") OP("3") OP("4") OP("5") OP("6") OP("7") OP("8") OP("9") OP("10") \
-      OP("1"                                                                       \
+#define FP4MOE_PEAK_12(OP)                                                 \
+  OP("0")                                                                  \
+  OP("1")                                                                  \
+  OP("2") OP("3") OP("4") OP("5") OP("6") OP("7") OP("8") OP("9") OP("10") \
+      OP("1"                                                               \
          "1")
 #define FP4MOE_PEAK_12_OPERANDS(C, v)                                                 \
   [c0] C(v##0), [c1] C(v##1), [c2] C(v##2), [c3] C(v##3), [c4] C(v##4), [c5] C(v##5), \
@@ -37,6 +41,10 @@ float fma_f32_avx2(int64_t iters);
 float fma_f32_avx512(int64_t iters);
 int32_t maddubs_i8_avx2(int64_t iters);
 int32_t dpbusd_i8_avx512(int64_t iters);
+// The AVX2 int8 block dot every W4A8 kernel here is built from (vpmaddubsw has no accumulating
+// form: its int16 pair sums are added in int16, widened by vpmaddwd and added in int32), in
+// registers: the most the integer pipes allow such a kernel, loads and scales aside.
+int32_t w4a8_mix_avx2(int64_t iters);
 // k = 64 (a whole tile row) or 16 (one NVFP4 scale block per product, as the AMX W4A8 kernel).
 int32_t tdpbssd_i8_amx(int64_t iters, int k);
 

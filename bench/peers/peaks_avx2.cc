@@ -38,4 +38,35 @@ int32_t maddubs_i8_avx2(int64_t iters) {
   return _mm256_extract_epi32(s, 0);
 }
 
+int32_t w4a8_mix_avx2(int64_t iters) {
+  const __m256i w = _mm256_set1_epi8(3), a = _mm256_set1_epi8(5), ones = _mm256_set1_epi16(1);
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, p0, p1, p2, t0, t1, t2;
+#define FP4MOE_MIX_GROUP(g)            \
+  "vpmaddubsw %[w], %[a], %[p" g       \
+  "]\n\t"                              \
+  "vpmaddubsw %[w], %[a], %[t" g       \
+  "]\n\t"                              \
+  "vpaddw %[t" g "], %[p" g "], %[p" g \
+  "]\n\t"                              \
+  "vpmaddubsw %[w], %[a], %[t" g       \
+  "]\n\t"                              \
+  "vpaddw %[t" g "], %[p" g "], %[p" g \
+  "]\n\t"                              \
+  "vpmaddubsw %[w], %[a], %[t" g       \
+  "]\n\t"                              \
+  "vpaddw %[t" g "], %[p" g "], %[p" g \
+  "]\n\t"                              \
+  "vpmaddwd %[ones], %[p" g "], %[p" g \
+  "]\n\t"                              \
+  "vpaddd %[p" g "], %[s" g "], %[s" g "]\n\t"
+  for (int64_t it = 0; it < iters; ++it) {
+    asm(FP4MOE_MIX_GROUP("0") FP4MOE_MIX_GROUP("1") FP4MOE_MIX_GROUP("2")
+        : [s0] "+x"(s0), [s1] "+x"(s1), [s2] "+x"(s2), [p0] "=&x"(p0), [p1] "=&x"(p1),
+          [p2] "=&x"(p2), [t0] "=&x"(t0), [t1] "=&x"(t1), [t2] "=&x"(t2)
+        : [w] "x"(w), [a] "x"(a), [ones] "x"(ones));
+  }
+#undef FP4MOE_MIX_GROUP
+  return _mm256_extract_epi32(_mm256_xor_si256(_mm256_xor_si256(s0, s1), s2), 0);
+}
+
 }  // namespace fp4moe::bench

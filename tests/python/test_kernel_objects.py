@@ -69,14 +69,16 @@ def test_simd_kernel_object_holds_its_instructions(members, member):
 
 
 PEAKS = BUILD / "bench_peaks"
-# throughput function (symbol prefix) -> the instruction its loop measures (any of its operand
-# orders), 12 per iteration
+# throughput function (symbol prefix) -> (the instruction its loop measures, in any of its operand
+# orders, 12 per iteration; the other instructions the loop is made of, exactly)
 FMA = ("vfmadd132ps", "vfmadd213ps", "vfmadd231ps")
 PEAK_LOOPS = {
-    "fp4moe::bench::fma_f32_avx2": FMA,
-    "fp4moe::bench::fma_f32_avx512": FMA,
-    "fp4moe::bench::maddubs_i8_avx2": ("vpmaddubsw",),
-    "fp4moe::bench::dpbusd_i8_avx512": ("vpdpbusd",),
+    "fp4moe::bench::fma_f32_avx2": (FMA, {}),
+    "fp4moe::bench::fma_f32_avx512": (FMA, {}),
+    "fp4moe::bench::maddubs_i8_avx2": (("vpmaddubsw",), {}),
+    "fp4moe::bench::dpbusd_i8_avx512": (("vpdpbusd",), {}),
+    # 3 groups of the W4A8 block dot: 4 vpmaddubsw + 3 vpaddw + vpmaddwd + vpaddd
+    "fp4moe::bench::w4a8_mix_avx2": (("vpmaddubsw",), {"vpaddw": 9, "vpmaddwd": 3, "vpaddd": 3}),
 }
 LOOP_CONTROL = {"add", "sub", "inc", "dec", "cmp", "test", "jne", "jnz", "jb", "jl", "jg", "ja",
                 "nop", "xchg"}
@@ -125,12 +127,15 @@ def peaks_disassembly():
 
 @pytest.mark.parametrize("function", sorted(PEAK_LOOPS))
 def test_peak_loop_is_the_measured_instruction_and_loop_control(peaks_disassembly, function):
-    mnemonics = PEAK_LOOPS[function]
+    mnemonics, parts = PEAK_LOOPS[function]
     lines = function_lines(peaks_disassembly, function)
     assert lines, f"{function} not found in {PEAKS}"
     body = hot_loop(lines, mnemonics)
     ops = [op for _, op, _ in body]
     measured = sum(op in mnemonics for op in ops)
     assert measured == 12, f"{function}: its loop holds {measured} of {mnemonics}: {ops}"
-    other = [f"{op} {text}" for _, op, text in body if op not in mnemonics and op not in LOOP_CONTROL]
+    for op, count in parts.items():
+        assert ops.count(op) == count, f"{function}: its loop holds {ops.count(op)} {op}: {ops}"
+    other = [f"{op} {text}" for _, op, text in body
+             if op not in mnemonics and op not in parts and op not in LOOP_CONTROL]
     assert not other, f"{function}: its loop also holds {other}, which the peak would measure"
