@@ -126,9 +126,18 @@ def main(argv: list[str]) -> int:
             for cpu in a.cpus.split(","):
                 if isa.startswith("avx512") and cpu not in AVX512_CPUS:
                     continue
-                rep = subprocess.run([mca, f"-mcpu={cpu}", f"-iterations={a.iterations}",
-                                      str(asm)], capture_output=True, text=True, check=True).stdout
-                for r in regions(rep):
+                run = subprocess.run([mca, f"-mcpu={cpu}", f"-iterations={a.iterations}",
+                                      str(asm)], capture_output=True, text=True)
+                if run.returncode != 0:
+                    # e.g. GCC placed a region's end marker before its begin (a loop rotated
+                    # around the markers): the whole file is refused, so say which and why.
+                    why = next((ln.split("error:", 1)[1].strip() for ln in run.stderr.splitlines()
+                                if "error:" in ln), run.stderr.strip()[:200])
+                    rows.append({"cpu": cpu, "region": f"{Path(source).name} (all regions)",
+                                 "cycles_per_iter": None,
+                                 "busiest": f"not modeled: llvm-mca refused the file: {why}"})
+                    continue
+                for r in regions(run.stdout):
                     if not linear.get(r["region"], False):
                         rows.append({"cpu": cpu, "region": r["region"], "cycles_per_iter": None,
                                      "busiest": "not modeled: GCC laid the loop body out around "

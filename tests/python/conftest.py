@@ -10,6 +10,7 @@ functions:
 FP4MOE_TEST_BINDING=module|capi picks one; unset: the module when it is installed, else the C ABI.
 """
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,7 +112,23 @@ def rng(request):
 
 
 @pytest.fixture(scope="module")
-def synth_dir(tmp_path_factory):
+def module_tmp(tmp_path_factory):
+    """module_tmp(name): a new directory, as tmp_path_factory.mktemp(name), for a module-scoped
+    fixture; every directory made through it is removed when the module's tests end (the
+    full-size checkpoints the fixtures make would otherwise stay until the session's end: see
+    [tool.pytest.ini_options] in pyproject.toml)."""
+    made = []
+
+    def mktemp(name):
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+    yield mktemp
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def synth_dir(module_tmp):
     """synth_dir(layout): a small `fp4moe synth` checkpoint (1 MoE layer, 8 experts) of that
     layout, made once per test module."""
     import subprocess
@@ -121,7 +138,7 @@ def synth_dir(tmp_path_factory):
 
     def make(layout):
         if layout not in made:
-            d = tmp_path_factory.mktemp("synth") / layout
+            d = module_tmp("synth") / layout
             out = subprocess.run([str(binary), "synth", layout, str(d), "--layers", "1",
                                   "--experts", "8"], capture_output=True, text=True, timeout=600)
             assert out.returncode == 0, out.stderr

@@ -59,16 +59,16 @@ def write_sglang(root, with_pr):
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("d") / "nvfp4"
+def ckpt(module_tmp):
+    d = module_tmp("d") / "nvfp4"
     assert run("synth", "dsv4-nvfp4", d, "--layers", "1", "--experts", "4").returncode == 0
     return d
 
 
 @pytest.fixture(scope="module")
-def checkouts(tmp_path_factory):
+def checkouts(module_tmp):
     """Two SGLang checkouts tagged v0.5.13.post1: one without PR #25820, one with it backported."""
-    base = tmp_path_factory.mktemp("git")
+    base = module_tmp("git")
     out = {}
     for name, with_pr in (("without", False), ("with", True)):
         repo = base / name

@@ -67,8 +67,8 @@ def test_corpus_plan_matches_its_schema_where_there_is_one(name):
 
 
 @pytest.fixture(scope="module")
-def synth_dirs(tmp_path_factory):
-    base = tmp_path_factory.mktemp("synth")
+def synth_dirs(module_tmp):
+    base = module_tmp("synth")
     out = {}
     for layout in SYNTH_LAYOUTS:
         r = fp4moe("synth", layout, base / layout)

@@ -48,15 +48,15 @@ DSV4_ROUTED_GROUPS = ["layers.*.ffn.experts.*.w1", "layers.*.ffn.experts.*.w2",
 
 
 @pytest.fixture(scope="module")
-def nvfp4_ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p") / "nvfp4"
+def nvfp4_ckpt(module_tmp):
+    d = module_tmp("p") / "nvfp4"
     assert run("synth", "dsv4-nvfp4", d, "--layers", "1", "--experts", "8").returncode == 0
     return d
 
 
 @pytest.fixture(scope="module")
-def mxfp4_ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p") / "mxfp4"
+def mxfp4_ckpt(module_tmp):
+    d = module_tmp("p") / "mxfp4"
     assert run("synth", "dsv4-mxfp4", d, "--layers", "1", "--experts", "6").returncode == 0
     return d
 

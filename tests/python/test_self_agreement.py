@@ -61,10 +61,10 @@ def check_json(path):
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(module_tmp):
     """made(layout) -> a small synthetic checkpoint; made(layout, dialect) -> its conversion (None
     where convert refuses it)."""
-    base = tmp_path_factory.mktemp("self")
+    base = module_tmp("self")
     cache = {}
 
     def make(layout, dialect=None):

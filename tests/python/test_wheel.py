@@ -42,11 +42,11 @@ def run(*cmd, **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory):
+def fresh_venv(module_tmp):
     """A new virtual environment with the wheel (the file itself, never an index's fp4moe) and its
     one dependency, numpy (from pip's cache or the index)."""
     wheel = built_wheel()
-    venv = tmp_path_factory.mktemp("fresh") / "venv"
+    venv = module_tmp("fresh") / "venv"
     start = time.monotonic()
     run(sys.executable, "-m", "venv", venv)
     created = time.monotonic()
