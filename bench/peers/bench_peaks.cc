@@ -72,7 +72,8 @@ int run(int argc, char** argv) {
   ThreadPool& pool = ThreadPool::global();
   const auto& cpu = dispatch::cpu_features();
   const size_t bytes = static_cast<size_t>(min_gib * double(size_t{1} << 30));
-  const double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, bytes);
+  double huge = -1;
+  const double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, bytes, 3, &huge);
 
   std::vector<Peak> fma, int8, mix;
   const bool avx2 = cpu.avx2 && cpu.fma && cpu.os_ymm;
@@ -124,15 +125,18 @@ int run(int argc, char** argv) {
       return s + "}";
     };
     std::printf(
-        "{\"threads\": %d, \"cpu\": \"%s\", \"bandwidth_gbps\": %.3f, \"fp32_fma_gflops\": %.2f, "
+        "{\"threads\": %d, \"cpu\": \"%s\", \"bandwidth_gbps\": %.3f, "
+        "\"bandwidth_huge_page_fraction\": %.3f, \"fp32_fma_gflops\": %.2f, "
         "\"fp32_fma_instr\": \"%s\", \"int8_gops\": %.2f, \"int8_instr\": \"%s\", "
         "\"fp32_fma_all\": %s, \"int8_all\": %s, \"amx_int8_all\": %s, \"int8_mix_all\": %s}\n",
-        pool.size(), cpu.summary().c_str(), bandwidth, fma_best.gops, fma_best.name.c_str(),
+        pool.size(), cpu.summary().c_str(), bandwidth, huge, fma_best.gops, fma_best.name.c_str(),
         int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str(),
         list(amx).c_str(), list(mix).c_str());
   } else {
     std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
-    std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer)\n", bandwidth, min_gib);
+    std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer, %s in 2 MiB pages)\n", bandwidth,
+                min_gib,
+                huge < 0 ? "unknown" : (std::to_string(int(huge * 100 + 0.5)) + "%").c_str());
     for (const Peak& p : fma)
       std::printf("FP32 FMA peak  %-16s %8.1f GFLOP/s\n", p.name.c_str(), p.gops);
     for (const Peak& p : int8)

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/streamed_memory.h"
 #include "dispatch/linear.h"
 #include "kernels/registry.h"
 #include "pack/pack.h"
@@ -45,11 +46,15 @@ uint64_t read_slice(const uint8_t* p, size_t bytes) {
 
 }  // namespace
 
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats) {
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats,
+                                   double* huge_fraction) {
   bytes = bytes / 4096 * 4096;
-  std::unique_ptr<uint8_t, FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+  // Allocated as the packed weights are (core/streamed_memory.h), so the kernels' fractions of
+  // this figure compare reads made under the same page conditions.
+  std::unique_ptr<uint8_t, FreeDeleter> buf(allocate_streamed(bytes));
   FP4MOE_CHECK(buf != nullptr);
   std::memset(buf.get(), 1, bytes);  // fault every page in before timing
+  if (huge_fraction != nullptr) *huge_fraction = huge_page_fraction(buf.get(), bytes);
   const int threads = pool.size();
   std::vector<uint64_t> sink(threads);
   double best = 0;

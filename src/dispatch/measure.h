@@ -17,8 +17,11 @@
 namespace fp4moe::dispatch {
 
 // Best of `repeats` streaming reads of a `bytes` buffer (>= 1 GiB for a DRAM figure), all
-// threads of `pool` reading disjoint slices, in GB/s (1e9 bytes per second).
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats = 3);
+// threads of `pool` reading disjoint slices, in GB/s (1e9 bytes per second). The buffer is
+// allocated as packed weights are (core/streamed_memory.h); `huge_fraction`, where given, gets
+// the fraction of it in huge pages (-1: unknown).
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats = 3,
+                                   double* huge_fraction = nullptr);
 
 // Random checkpoint-layout data for one [n, k] matrix of `format`: uniform codes (no NaN) and
 // scales that keep weights small (~2^-7 .. 2^-3), so benchmarks of whole layers stay finite.

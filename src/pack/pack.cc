@@ -2,13 +2,12 @@
 // kernels/types.h next to PackedMatrix.
 #include "pack/pack.h"
 
-#include <sys/mman.h>
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "core/streamed_memory.h"
 #include "formats/scalar.h"
 
 namespace fp4moe::pack {
@@ -41,15 +40,12 @@ class PackedWeightsBuilder {
     const int64_t n_tiles = ceil_div(n, kTileRows);
     w.codes_bytes_ = static_cast<size_t>(n_tiles * chunks * kChunkBytes);
     w.scale_bytes_ = scale_bytes;
-    // Large matrices get 2 MiB alignment and a transparent-huge-page hint: streaming a weight
-    // set larger than the TLB reach otherwise pays a page walk every 4 KiB.
+    // Streamed memory: large matrices in 2 MiB pages where the host grants them
+    // (core/streamed_memory.h).
     const size_t total = w.codes_bytes_ + scale_bytes;
-    const size_t align = total >= (size_t{2} << 20) ? (size_t{2} << 20) : 64;
-    const size_t rounded = (total + align - 1) / align * align;
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
+    auto* p = allocate_streamed(total);
     if (p == nullptr)
       return pack_error(tensor, "out of memory for " + std::to_string(total) + " bytes");
-    if (align > 64) madvise(p, rounded, MADV_HUGEPAGE);
     w.storage_.reset(p);
     w.view_ =
         kernels::PackedMatrix{format, n, k, n_tiles, chunks, p, p + w.codes_bytes_, nullptr, 1.0f};
