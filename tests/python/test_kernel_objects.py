@@ -22,12 +22,14 @@ import pytest
 BUILD = Path(os.environ["FP4MOE_BUILD_DIR"])
 LIBRARY = BUILD / "src" / "kernels" / "libfp4moe_kernels.a"
 
-# object file -> instructions its code must contain (mnemonics as objdump prints them)
+# object file -> instructions its code must contain (mnemonics as objdump prints them):
+# prefetcht1 is the streaming prefetch into L2 (prefetch_ahead, src/kernels/cpu/prefetch.h),
+# prefetcht0 the many-token kernels' prefetch of the next tile set into L1 (prefetch_pair_block).
 EXPECTED = {
-    "gemm_avx2.cc.o": ["prefetcht0", "vfmadd231ps", "vpshufb"],
-    "w4a8_avx2.cc.o": ["prefetcht0", "vpmaddubsw", "vpshufb"],
-    "gemm_avx512.cc.o": ["prefetcht0", "vfmadd231ps"],
-    "w4a8_avx512_vnni.cc.o": ["prefetcht0", "vpdpbusd"],
+    "gemm_avx2.cc.o": ["prefetcht1", "vfmadd231ps", "vpshufb"],
+    "w4a8_avx2.cc.o": ["prefetcht1", "vpmaddubsw", "vpshufb"],
+    "gemm_avx512.cc.o": ["prefetcht1", "vfmadd231ps"],
+    "w4a8_avx512_vnni.cc.o": ["prefetcht1", "prefetcht0", "vpdpbusd"],
     "w4a8_amx.cc.o": ["ldtilecfg", "tdpbssd", "tilestored", "tilerelease", "prefetcht0"],
 }
 
