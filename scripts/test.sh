@@ -16,9 +16,8 @@ stage() {  # stage NAME COMMAND...: runs COMMAND, records its seconds
   timings+=("$(printf '%6d s  %s  (free disk after it: %s)' $((SECONDS - t0)) "$name" "$(free_disk)")")
   echo "== $name: $((SECONDS - t0)) s"
 }
-# Free space where the tests write (pytest's and mktemp's directories): printed at the start and
-# after each stage, because a full disk fails tests in ways that look like their own bugs (a CI
-# run failed so, when three pytest sessions' full-size checkpoints were kept in /tmp).
+# Free space where the tests write, at the start and after each stage: a full disk fails tests in
+# ways that look like their own bugs (why pytest keeps little: pyproject.toml's pytest section).
 free_disk() { df -h --output=avail "${TMPDIR:-/tmp}" | tail -n 1 | tr -d ' '; }
 echo "== free disk in ${TMPDIR:-/tmp} at the start: $(free_disk)"
 

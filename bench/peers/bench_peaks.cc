@@ -134,9 +134,12 @@ int run(int argc, char** argv) {
         list(amx).c_str(), list(mix).c_str());
   } else {
     std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
-    std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer, %s in 2 MiB pages)\n", bandwidth,
-                min_gib,
-                huge < 0 ? "unknown" : (std::to_string(int(huge * 100 + 0.5)) + "%").c_str());
+    std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer, ", bandwidth, min_gib);
+    if (huge < 0) {
+      std::printf("huge pages unknown)\n");
+    } else {
+      std::printf("%.0f%% in 2 MiB pages)\n", huge * 100);
+    }
     for (const Peak& p : fma)
       std::printf("FP32 FMA peak  %-16s %8.1f GFLOP/s\n", p.name.c_str(), p.gops);
     for (const Peak& p : int8)

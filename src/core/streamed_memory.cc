@@ -13,11 +13,13 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
-uint8_t* allocate_streamed(size_t bytes) {
+void StreamedFree::operator()(uint8_t* p) const { std::free(p); }
+
+StreamedBuffer allocate_streamed(size_t bytes) {
   const size_t align = bytes >= kHugePage ? kHugePage : 64;
   const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
-  if (p != nullptr && align == kHugePage) ::madvise(p, rounded, MADV_HUGEPAGE);
+  StreamedBuffer p(static_cast<uint8_t*>(std::aligned_alloc(align, rounded)));
+  if (p != nullptr && align == kHugePage) ::madvise(p.get(), rounded, MADV_HUGEPAGE);
   return p;
 }
 

@@ -24,10 +24,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-
 // SSE2 loads (baseline x86-64, so no dispatch needed): 16 bytes per load is far beyond what DRAM
 // delivers per core, so the figure is the memory system's, not the loop's.
 uint64_t read_slice(const uint8_t* p, size_t bytes) {
@@ -51,7 +47,7 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats,
   bytes = bytes / 4096 * 4096;
   // Allocated as the packed weights are (core/streamed_memory.h), so the kernels' fractions of
   // this figure compare reads made under the same page conditions.
-  std::unique_ptr<uint8_t, FreeDeleter> buf(allocate_streamed(bytes));
+  const StreamedBuffer buf = allocate_streamed(bytes);
   FP4MOE_CHECK(buf != nullptr);
   std::memset(buf.get(), 1, bytes);  // fault every page in before timing
   if (huge_fraction != nullptr) *huge_fraction = huge_page_fraction(buf.get(), bytes);

@@ -7,12 +7,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/streamed_memory.h"
 #include "formats/scalar.h"
 
 namespace fp4moe::pack {
-
-void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 namespace {
 
@@ -43,10 +40,10 @@ class PackedWeightsBuilder {
     // Streamed memory: large matrices in 2 MiB pages where the host grants them
     // (core/streamed_memory.h).
     const size_t total = w.codes_bytes_ + scale_bytes;
-    auto* p = allocate_streamed(total);
-    if (p == nullptr)
+    w.storage_ = allocate_streamed(total);
+    if (w.storage_ == nullptr)
       return pack_error(tensor, "out of memory for " + std::to_string(total) + " bytes");
-    w.storage_.reset(p);
+    uint8_t* p = w.storage_.get();
     w.view_ =
         kernels::PackedMatrix{format, n, k, n_tiles, chunks, p, p + w.codes_bytes_, nullptr, 1.0f};
     if (format == WeightFormat::kFp8Block128) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/streamed_memory.h"
 #include "kernels/types.h"
 
 namespace fp4moe::pack {
@@ -28,10 +29,7 @@ class PackedWeights {
 
  private:
   friend class PackedWeightsBuilder;
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, Free> storage_;
+  StreamedBuffer storage_;
   size_t codes_bytes_ = 0;
   size_t scale_bytes_ = 0;
   kernels::PackedMatrix view_{};
