@@ -163,6 +163,9 @@ int run_bench(const BenchOptions& o) {
          {"gbps", r->gbps},
          {"bandwidth_gbps", r->bandwidth_gbps},
          {"bandwidth_ratio", r->bandwidth_ratio},
+         {"bandwidth_min_gbps", r->bandwidth_min_gbps},
+         {"bandwidth_max_gbps", r->bandwidth_max_gbps},
+         {"bandwidth_rounds", r->rounds},
          {"gflops", r->gflops},
          {"pack_s_per_gb", r->pack_s_per_gb},
          {"rounds", o.repeat},
@@ -172,11 +175,12 @@ int run_bench(const BenchOptions& o) {
     if (!o.json) {
       std::printf(
           "%s %s m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the %.2f GB/s "
-          "measured DRAM read bandwidth, %.1f GFLOP/s (%d copies of %zu bytes, %d threads; "
-          "pack %.2f s/GB)\n",
+          "DRAM read bandwidth measured between its %d rounds (%.1f .. %.1f), %.1f GFLOP/s "
+          "(%d copies of %zu bytes, %d threads; pack %.2f s/GB)\n",
           r->kernel.c_str(), r->format.c_str(), static_cast<long long>(r->m),
           static_cast<long long>(r->k), static_cast<long long>(r->n), r->us, r->gbps,
-          r->bandwidth_ratio, r->bandwidth_gbps, r->gflops, r->copies, r->weight_bytes, r->threads,
+          r->bandwidth_ratio, r->bandwidth_gbps, r->rounds, r->bandwidth_min_gbps,
+          r->bandwidth_max_gbps, r->gflops, r->copies, r->weight_bytes, r->threads,
           r->pack_s_per_gb);
       if (o.repeat > 1) {
         std::printf("  median of %d rounds; ratio %.3f .. %.3f\n", o.repeat, ratio(rounds.front()),
@@ -234,7 +238,8 @@ const CommandRegistrar registrar{Command{
                      "with --checkpoint REPO_ID: branch, tag or commit hash (default main)");
       app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
           ->delimiter(',');
-      app.add_option("--isa", o->isa, "force an ISA: scalar | avx2 | avx512 | avx512_vnni | amx_int8");
+      app.add_option("--isa", o->isa,
+                     "force an ISA: scalar | avx2 | avx512 | avx512_vnni | amx_int8");
       app.add_option("--precision", o->precision,
                      "w4a16 (exact: F32 activations) | w4a8 (int8 activations per block, the "
                      "separate W4A8 kernels; FP4 formats)")

@@ -3,6 +3,7 @@
 
 #include <emmintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -42,31 +43,49 @@ uint64_t read_slice(const uint8_t* p, size_t bytes) {
 
 }  // namespace
 
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats,
-                                   double* huge_fraction) {
-  bytes = bytes / 4096 * 4096;
-  // Allocated as the packed weights are (core/streamed_memory.h), so the kernels' fractions of
-  // this figure compare reads made under the same page conditions.
-  const StreamedBuffer buf = allocate_streamed(bytes);
-  FP4MOE_CHECK(buf != nullptr);
-  std::memset(buf.get(), 1, bytes);  // fault every page in before timing
-  if (huge_fraction != nullptr) *huge_fraction = huge_page_fraction(buf.get(), bytes);
-  const int threads = pool.size();
-  std::vector<uint64_t> sink(threads);
+ReadProbe::ReadProbe(ThreadPool& pool, size_t bytes)
+    : pool_(&pool),
+      bytes_(bytes / 4096 * 4096),
+      buf_(allocate_streamed(bytes_)),
+      sink_(static_cast<size_t>(pool.size())) {
+  FP4MOE_CHECK(buf_ != nullptr);
+  std::memset(buf_.get(), 1, bytes_);  // fault every page in before timing
+}
+
+double ReadProbe::huge_fraction() const { return huge_page_fraction(buf_.get(), bytes_); }
+
+double ReadProbe::gbps(int repeats) {
+  const int threads = pool_->size();
+  const size_t slice = bytes_ / static_cast<size_t>(threads) / 64 * 64;
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
-    pool.run(threads, [&](int64_t task, int) {
-      const size_t slice = bytes / threads / 64 * 64;
-      sink[task] = read_slice(buf.get() + slice * task, slice);
+    pool_->run(threads, [&](int64_t task, int) {
+      sink_[task] = read_slice(buf_.get() + slice * task, slice);
     });
     const double s = seconds_since(t0);
-    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+    best = std::max(best, static_cast<double>(slice * threads) / s / 1e9);
   }
   // The xor result is data-dependent output: the compiler cannot drop the reads.
   volatile uint64_t keep = 0;
-  for (uint64_t v : sink) keep = keep ^ v;
+  for (uint64_t v : sink_) keep = keep ^ v;
   return best;
+}
+
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats,
+                                   double* huge_fraction) {
+  ReadProbe probe(pool, bytes);
+  if (huge_fraction != nullptr) *huge_fraction = probe.huge_fraction();
+  return probe.gbps(repeats);
+}
+
+void RoundBound::add(double round_bytes, double round_seconds, double probe_gbps) {
+  bytes += round_bytes;
+  seconds += round_seconds;
+  bound_seconds += round_bytes / (probe_gbps * 1e9);
+  min_gbps = rounds == 0 ? probe_gbps : std::min(min_gbps, probe_gbps);
+  max_gbps = std::max(max_gbps, probe_gbps);
+  ++rounds;
 }
 
 RandomMatrix::RandomMatrix(kernels::WeightFormat f, int64_t rows, int64_t cols,
@@ -160,8 +179,7 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   std::vector<float> x(m * k), y(m * n);
   for (float& v : x) v = normal(rng);
 
-  const size_t bandwidth_bytes = std::max<size_t>(min_bytes, size_t{1} << 30);
-  const double bandwidth_before = measure_read_bandwidth_gbps(pool, bandwidth_bytes);
+  ReadProbe probe(pool, std::max<size_t>(min_bytes, size_t{1} << 30));
   QuantizedActivationBuffer quantized;  // W4A8 only
   if (precision == Precision::kW4A8) {
     quantized = QuantizedActivationBuffer(m, k, kernels::weight_format_k_block(format));
@@ -173,23 +191,33 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
       p.run(x.data(), k, m, y.data(), n, pool);
     }
   };
-  // One warm-up pass over the set, then whole passes until min_seconds.
+  // One warm-up pass over the set, then rounds of one read of the probe and whole timed passes
+  // over the set for at least kRoundSeconds, until the passes took min_seconds.
+  constexpr double kRoundSeconds = 0.05;
   for (const LinearPlan& p : plans) product(p);
+  const double pass_bytes = static_cast<double>(r.weight_bytes) * static_cast<double>(plans.size());
+  RoundBound bound;
   int64_t products = 0;
-  const auto t0 = Clock::now();
-  double elapsed = 0;
   do {
-    for (const LinearPlan& p : plans) product(p);
-    products += static_cast<int64_t>(plans.size());
-    elapsed = seconds_since(t0);
-  } while (elapsed < min_seconds);
-  // This machine's bandwidth drifts by +-15% between runs (a shared host): measured before and
-  // after the timed loop, the better figure is the reference, so a ratio errs on the low side.
-  r.bandwidth_gbps = std::max(bandwidth_before, measure_read_bandwidth_gbps(pool, bandwidth_bytes));
-  const double s = elapsed / static_cast<double>(products);
+    const double probe_gbps = probe.gbps();
+    double round_bytes = 0, round_s = 0;
+    const auto t0 = Clock::now();
+    do {
+      for (const LinearPlan& p : plans) product(p);
+      products += static_cast<int64_t>(plans.size());
+      round_bytes += pass_bytes;
+      round_s = seconds_since(t0);
+    } while (round_s < kRoundSeconds);
+    bound.add(round_bytes, round_s, probe_gbps);
+  } while (bound.seconds < min_seconds);
+  const double s = bound.seconds / static_cast<double>(products);
   r.us = s * 1e6;
-  r.gbps = static_cast<double>(r.weight_bytes) / s / 1e9;
-  r.bandwidth_ratio = r.gbps / r.bandwidth_gbps;
+  r.gbps = bound.gbps();
+  r.bandwidth_gbps = bound.bandwidth();
+  r.bandwidth_ratio = 1.0 / bound.ratio();
+  r.bandwidth_min_gbps = bound.min_gbps;
+  r.bandwidth_max_gbps = bound.max_gbps;
+  r.rounds = bound.rounds;
   r.gflops = 2.0 * static_cast<double>(m * n * k) / s / 1e9;
   return r;
 }

@@ -20,10 +20,10 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
   auto info = read_moe_model(*dir);
   if (!info.ok()) return info.error();
   ThreadPool& pool = ThreadPool::global();
-  // 1 GiB streamed: far past the last-level cache, so this is the DRAM figure decode faces.
-  // Measured before and after all layers; the better figure is the reference for every layer
-  // (the bandwidth of a shared host drifts; see dispatch::bench_gemm), so ratios err low.
-  const double bandwidth_before = dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30);
+  // 1 GiB streamed: far past the last-level cache, so this is the DRAM figure decode faces. Read
+  // before each round of calls, which it judges (dispatch::RoundBound: a VM's bandwidth changes
+  // within seconds).
+  dispatch::ReadProbe probe(pool, size_t{1} << 30);
   std::vector<LayerBench> results;
   const std::vector<int> layers = options.layers.empty() ? info->moe_layers : options.layers;
   for (int layer : layers) {
@@ -47,31 +47,32 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
           moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
     }
     LayerBench b;
-    double bytes = 0;
-    const auto start = std::chrono::steady_clock::now();
-    double elapsed = 0;
-    while (elapsed < options.min_seconds || b.calls < 8) {
-      const int s = static_cast<int>(b.calls % kActivationSets);
-      FP4MOE_RETURN_IF_ERROR(
-          moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
-      bytes += static_cast<double>(moe->last_bytes_read());
-      ++b.calls;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    constexpr double kRoundSeconds = 0.05;
+    dispatch::RoundBound bound;
+    while (bound.seconds < options.min_seconds || b.calls < 8) {
+      const double probe_gbps = probe.gbps();
+      double round_s = 0, round_bytes = 0;
+      const auto start = std::chrono::steady_clock::now();
+      while (round_s < kRoundSeconds) {
+        const int s = static_cast<int>(b.calls % kActivationSets);
+        FP4MOE_RETURN_IF_ERROR(
+            moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
+        round_bytes += static_cast<double>(moe->last_bytes_read());
+        ++b.calls;
+        round_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      bound.add(round_bytes, round_s, probe_gbps);
     }
     b.layer = layer;
     b.expert_scheme = loaded->expert_scheme();
     b.precision = dispatch::precision_name(options.precision);
     b.batch = options.batch;
-    b.us = elapsed * 1e6 / static_cast<double>(b.calls);
-    b.bytes_per_call = bytes / static_cast<double>(b.calls);
+    b.us = bound.seconds * 1e6 / static_cast<double>(b.calls);
+    b.bytes_per_call = bound.bytes / static_cast<double>(b.calls);
+    b.bandwidth_gbps = bound.bandwidth();
+    b.bound_us = bound.bound_seconds * 1e6 / static_cast<double>(b.calls);
+    b.ratio_to_bound = bound.ratio();
     results.push_back(b);
-  }
-  const double bandwidth =
-      std::max(bandwidth_before, dispatch::measure_read_bandwidth_gbps(pool, size_t{1} << 30));
-  for (LayerBench& b : results) {
-    b.bandwidth_gbps = bandwidth;
-    b.bound_us = b.bytes_per_call / (bandwidth * 1e9) * 1e6;
-    b.ratio_to_bound = b.us / b.bound_us;
   }
   return results;
 }

@@ -20,7 +20,7 @@ struct LayerBench {
   int64_t calls = 0;
   double us = 0;              // mean per layer call
   double bytes_per_call = 0;  // weight bytes the layer streamed per call (mean)
-  double bandwidth_gbps = 0;  // DRAM read bandwidth, all threads, same run
+  double bandwidth_gbps = 0;  // DRAM read bandwidth, all threads, read between the rounds
   double bound_us = 0;        // bytes_per_call / bandwidth
   double ratio_to_bound = 0;  // us / bound_us
 };

@@ -36,6 +36,9 @@ nlohmann::ordered_json MoeBenchResult::to_json() const {
           {"us", us},
           {"bytes_per_call", bytes_per_call},
           {"bandwidth_gbps", bandwidth_gbps},
+          {"bandwidth_min_gbps", bandwidth_min_gbps},
+          {"bandwidth_max_gbps", bandwidth_max_gbps},
+          {"bandwidth_rounds", rounds},
           {"bound_us", bound_us},
           {"ratio_to_bound", ratio_to_bound},
           {"pack_s_per_gb", pack_s_per_gb},
@@ -75,11 +78,11 @@ std::string MoeBenchResult::summary() const {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "%s, %s experts (%s), batch %lld: %.0f us per layer; %.1f MB read per call, "
-                "bound %.0f us at the %.2f GB/s measured DRAM read bandwidth: %.2fx the bound "
-                "(%d threads, %s)",
+                "bound %.0f us at the %.2f GB/s DRAM read bandwidth measured between its %d rounds "
+                "(%.1f .. %.1f): %.2fx the bound (%d threads, %s)",
                 layer.c_str(), format.c_str(), precision.c_str(), static_cast<long long>(batch), us,
-                bytes_per_call / 1e6, bound_us, bandwidth_gbps, ratio_to_bound, threads,
-                isa.c_str());
+                bytes_per_call / 1e6, bound_us, bandwidth_gbps, rounds, bandwidth_min_gbps,
+                bandwidth_max_gbps, ratio_to_bound, threads, isa.c_str());
   return buf;
 }
 
@@ -148,8 +151,7 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   auto routed_plan = dispatch::LinearPlan::create(store[0]->view(), isa, precision);
   if (!routed_plan.ok()) return routed_plan.error();
   r.isa = kernels::isa_name(routed_plan->isa());
-  const size_t bandwidth_bytes = std::max<size_t>(min_bandwidth_bytes, 1u << 30);
-  const double bandwidth_before = dispatch::measure_read_bandwidth_gbps(pool, bandwidth_bytes);
+  dispatch::ReadProbe probe(pool, std::max<size_t>(min_bandwidth_bytes, size_t{1} << 30));
 
   // Fresh random tokens every call, so the experts read change from call to call as in decode.
   std::vector<float> x(batch * kHidden), y(batch * kHidden);
@@ -159,18 +161,26 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   new_tokens();
   FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));  // warm-up
   const double router_bytes = sizeof(float) * router_w.size();
-  double total_s = 0, total_bytes = 0;
+  // Rounds of one read of the probe and calls for at least kRoundSeconds, each round's bytes
+  // judged by the bandwidth read just before it (dispatch::RoundBound).
+  constexpr double kRoundSeconds = 0.05;
+  dispatch::RoundBound bound;
   double phase_s[kMoePhases] = {};
-  while (total_s < min_seconds) {
-    new_tokens();
-    const auto t0 = Clock::now();
-    FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
-    total_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    total_bytes += static_cast<double>(layer->last_bytes_read()) + router_bytes;
-    const MoePhaseTimes& phases = layer->last_phase_times();
-    for (int i = 0; i < kMoePhases; ++i) phase_s[i] += phases.seconds[i];
-    r.pool_jobs_per_call = phases.pool_jobs;
-    ++r.calls;
+  while (bound.seconds < min_seconds) {
+    const double probe_gbps = probe.gbps();
+    double round_s = 0, round_bytes = 0;
+    while (round_s < kRoundSeconds) {
+      new_tokens();
+      const auto t0 = Clock::now();
+      FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
+      round_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      round_bytes += static_cast<double>(layer->last_bytes_read()) + router_bytes;
+      const MoePhaseTimes& phases = layer->last_phase_times();
+      for (int i = 0; i < kMoePhases; ++i) phase_s[i] += phases.seconds[i];
+      r.pool_jobs_per_call = phases.pool_jobs;
+      ++r.calls;
+    }
+    bound.add(round_bytes, round_s, probe_gbps);
   }
   for (int i = 0; i < kMoePhases; ++i) {
     r.phase_us[i] = phase_s[i] / static_cast<double>(r.calls) * 1e6;
@@ -182,13 +192,14 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
     for (int i = 0; i < kJobs; ++i) pool.run(pool.size(), [](int64_t, int) {});
     r.empty_job_us = std::chrono::duration<double>(Clock::now() - t0).count() / kJobs * 1e6;
   }
-  // Before and after the timed calls; the better figure is the reference (see bench_gemm).
-  r.bandwidth_gbps =
-      std::max(bandwidth_before, dispatch::measure_read_bandwidth_gbps(pool, bandwidth_bytes));
-  r.us = total_s / static_cast<double>(r.calls) * 1e6;
-  r.bytes_per_call = total_bytes / static_cast<double>(r.calls);
-  r.bound_us = r.bytes_per_call / (r.bandwidth_gbps * 1e9) * 1e6;
-  r.ratio_to_bound = r.us / r.bound_us;
+  r.us = bound.seconds / static_cast<double>(r.calls) * 1e6;
+  r.bytes_per_call = bound.bytes / static_cast<double>(r.calls);
+  r.bandwidth_gbps = bound.bandwidth();
+  r.bandwidth_min_gbps = bound.min_gbps;
+  r.bandwidth_max_gbps = bound.max_gbps;
+  r.rounds = bound.rounds;
+  r.bound_us = bound.bound_seconds / static_cast<double>(r.calls) * 1e6;
+  r.ratio_to_bound = bound.ratio();
   return r;
 }
 

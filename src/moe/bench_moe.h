@@ -23,7 +23,11 @@ struct MoeBenchResult {
   double us = 0;  // mean microseconds per layer call
   double bytes_per_call =
       0;  // mean weight bytes read per call (distinct experts + shared + router)
-  double bandwidth_gbps = 0;  // DRAM read bandwidth measured in the same run
+  // DRAM read bandwidth measured between the timed rounds: the run's bytes over the sum of each
+  // round's bytes / the figure read just before it (dispatch::RoundBound).
+  double bandwidth_gbps = 0;
+  double bandwidth_min_gbps = 0, bandwidth_max_gbps = 0;  // the probe's range over the rounds
+  int rounds = 0;
   double bound_us = 0;        // bytes_per_call / bandwidth
   double ratio_to_bound = 0;  // us / bound_us (1.0 = at the memory bound)
   double pack_s_per_gb = 0;

@@ -31,6 +31,10 @@ def test_gemv_json_has_the_issue_fields(fmt, precision):
     assert (r["m"], r["k"], r["n"]) == (3, 256, 72)
     assert r["gbps"] == pytest.approx(r["weight_bytes"] / (r["us"] * 1e-6) / 1e9, rel=1e-6)
     assert r["bandwidth_ratio"] == pytest.approx(r["gbps"] / r["bandwidth_gbps"], rel=1e-6)
+    # The run's bandwidth is its rounds' probes weighted by their bytes: within their range.
+    assert r["bandwidth_rounds"] >= 1
+    assert r["bandwidth_min_gbps"] * (1 - 1e-9) <= r["bandwidth_gbps"] \
+        <= r["bandwidth_max_gbps"] * (1 + 1e-9), r
     assert r["gflops"] == pytest.approx(2 * 3 * 256 * 72 / (r["us"] * 1e-6) / 1e9, rel=1e-6)
 
 
@@ -87,3 +91,24 @@ def test_bench_checkpoint_bf16_says_why_in_one_sentence(synth_dir):
     assert proc.returncode == 1, proc.stderr  # no kernel on the path
     message = proc.stderr.strip()
     assert "BF16 (not quantized)" in message and len(message.splitlines()) == 1, message
+
+
+def test_moe_layer_bench_judges_each_round_by_its_own_bandwidth():
+    # The full DeepSeek-V4-Flash layer (256 experts, 3.4 GB packed): one short run.
+    proc = run("bench", "--moe", "--format", "mxfp4", "--precision", "w4a8", "--batch", 1,
+               "--seconds", 0.05, "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["batch"] == 1 and r["calls"] >= 1 and r["bandwidth_rounds"] >= 1
+    assert r["bound_us"] == pytest.approx(r["bytes_per_call"] / (r["bandwidth_gbps"] * 1e3), rel=1e-9)
+    assert r["ratio_to_bound"] == pytest.approx(r["us"] / r["bound_us"], rel=1e-9)
+    assert r["bandwidth_min_gbps"] * (1 - 1e-9) <= r["bandwidth_gbps"] \
+        <= r["bandwidth_max_gbps"] * (1 + 1e-9), r
+    # The bytes a call reads are those of the distinct experts it routes to: at batch 1 the 6
+    # routed ones, the shared FP8 expert and the F32 router weights.
+    expert = 3 * 2048 * 4096 * (0.5 + 1 / 32)  # MXFP4 gate, up and down
+    shared = 3 * 2048 * 4096 * (1 + 4 / 128 / 128)  # FP8 with F32 block-128 scales
+    router = 256 * 4096 * 4
+    assert r["bytes_per_call"] == pytest.approx(6 * expert + shared + router, rel=0.01), r
+    shares = sum(p["share"] for name, p in r["phases"].items() if name != "handoffs")
+    assert 0.5 < shares <= 1.0 + 1e-9, r["phases"]

@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "dispatch/cpu_features.h"
 #include "dispatch/linear.h"
+#include "dispatch/measure.h"
 #include "formats/scalar.h"
 #include "kernels/registry.h"
 #include "pack/pack.h"
@@ -307,6 +308,34 @@ TEST(Pack, Fp8Ue8m0ScalesWidenExactly) {
   auto w = pack::pack_fp8_block128_ue8m0("w", fp8, std::vector<uint8_t>{130}, 2, 3);
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->view().fp8_scales[0], 8.0f);
+}
+
+// Rounds judged by their own bandwidth: 1 GB in 0.05 s at 40 GB/s (bound 0.025 s) and 1 GB in
+// 0.1 s at 20 GB/s (bound 0.05 s): 2 GB in 0.15 s against a 0.075 s bound. One figure for the run
+// (2 GB / 0.075 s = 26.7 GB/s) would not be the mean of the probes (30), and the ratio is the
+// time over the bounds, not the time over the run's bytes at the best probe (2 GB / 40 = 0.05 s).
+TEST(RoundBound, EachRoundIsJudgedByTheBandwidthBesideIt) {
+  dispatch::RoundBound b;
+  b.add(1e9, 0.05, 40.0);
+  b.add(1e9, 0.10, 20.0);
+  EXPECT_EQ(b.rounds, 2);
+  EXPECT_DOUBLE_EQ(b.bound_seconds, 0.075);
+  EXPECT_DOUBLE_EQ(b.ratio(), 2.0);
+  EXPECT_NEAR(b.bandwidth(), 2e9 / 0.075 / 1e9, 1e-9);
+  EXPECT_NEAR(b.gbps() / b.bandwidth(), 1.0 / b.ratio(), 1e-12);
+  EXPECT_EQ(b.min_gbps, 20.0);
+  EXPECT_EQ(b.max_gbps, 40.0);
+}
+
+TEST(ReadProbe, ReadsItsWholeBufferAtAPositiveRate) {
+  ThreadPool pool(2);
+  dispatch::ReadProbe probe(pool, (size_t{8} << 20) + 100);
+  EXPECT_EQ(probe.bytes(), size_t{8} << 20);  // whole 4 KiB pages
+  const double gbps = probe.gbps(2);
+  EXPECT_GT(gbps, 0.0);
+  EXPECT_TRUE(std::isfinite(gbps));
+  const double huge = probe.huge_fraction();
+  EXPECT_TRUE(huge == -1.0 || (huge >= 0.0 && huge <= 1.0)) << huge;
 }
 
 }  // namespace
