@@ -48,6 +48,8 @@ int weight_format_k_block(WeightFormat format);
 //   Why: one 32-byte load, one nibble split and one 16-entry byte shuffle (pshufb) decode 64
 //   elements; a second in-lane pshufb per k moves the 8 decoded bytes of one k to the top byte of
 //   8 int32 lanes (rows 0-3 from the low 128-bit lane, 4-7 from the high one), no lane crossing.
+//   (AVX-512 exact: an in-lane 4x4 byte transpose gives each row a dword of its 8 codes, then a
+//   shift and one 16-entry vpermps per k; the W4A8 kernels transpose the same way for vpdpbusd.)
 //   Block scales: per tile, per K block (16 for NVFP4, 32 for MXFP4), 8 bytes = the 8 rows' raw
 //   UE4M3 / E8M0 codes, tile-major: scales[(tile * k_blocks + block) * 8 + row].
 // FP8 block-128: a tile is ceil(K/4) chunks of 32 bytes; chunk c covers k = 4c .. 4c+3 for 8 rows;
