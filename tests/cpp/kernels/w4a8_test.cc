@@ -147,7 +147,8 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 7, 8, 13 (the VNNI many-token path from
+// M = 1, 2, 3, the 4-token group - 1 / itself / + 1, 6 (the VNNI few-token path's whole group of
+// 6), 7, 8, 11 (its two groups, 5 + 6), 13 (the VNNI many-token path from
 // 12; an AMX tile of 13 rows for MXFP4; the AVX2 wide path for MXFP4, from 24 for NVFP4), 16 (one
 // whole AMX token tile), 17 (a tile and one token), 31, 33, 64, 97 (two VNNI passes), 256; N = 1, a
 // tile - 1 / + 1, 17, 136; K = one block, three blocks, 2048 (one AMX slice), and 2048 + 3 blocks
@@ -155,7 +156,7 @@ struct Shape {
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 33, 64, 97, 256}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 11, 13, 16, 17, 31, 33, 64, 97, 256}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
       for (int64_t k : {kb, 3 * kb, int64_t{2048}, 2048 + 3 * kb}) {
         if (m * n * k > (int64_t{1} << 24)) continue;

@@ -158,9 +158,10 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
 // agree with it.
 // Slice length: the activation buffer holds kActBytes of codes, so the fewer the tokens the longer
 // the slice (up to kMaxSliceK).
-// Below 12 tokens the groups of 4 that decode into registers measured faster with the weights
+// Below 12 tokens the groups that decode into registers measured faster with the weights
 // streaming from DRAM (4096 x 14336, 2 threads: 1.4 against 2.0 ms at M = 4, 3.4 against 3.0 at
-// 12).
+// 12; 4096 x 2048 on the 2-core Zen 4, groups of <= 6, GFLOP/s MXFP4 / NVFP4: M = 5 468 / 409
+// against 260 / 221, M = 10 476 / 388 against 396 / 341).
 constexpr int64_t kManyTokensMin = 12;
 // Tokens per register block: 2 pairs x MR int32 chains and F32 totals, the k group's two u vectors
 // and the two weight-scale vectors fit the 32 registers.
@@ -381,12 +382,20 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
     w4a8_many<kFormat>(w, x, m, y, ldy, tile_begin, tile_end);
     return;
   }
+  // Near-equal groups of at most kFewMr tokens, each decoding the pair once (groups of at most 4
+  // decoded twice at M = 5 or 6, three times at 10; 2-core Zen 4, 4096 x 2048 from DRAM, GFLOP/s
+  // MXFP4 / NVFP4: M = 5 333 / 298 -> 468 / 409, M = 6 403 / 359 -> 470 / 373, M = 10 429 / 391 ->
+  // 476 / 388). MXFP4 at 5-6 tokens spills a few registers (8 decoded vectors), and still gains.
+  constexpr int kFewMr = 6;
+  const int64_t groups = (m + kFewMr - 1) / kFewMr;
   for (int64_t t = tile_begin; t < tile_end; t += 2) {
     const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
     float* yt = y + p.first_row;
-    for_token_groups<4>(m, [&](auto mr, int64_t i) {
-      w4a8_pair<kFormat, decltype(mr)::value>(w, p, x, i, yt, ldy);
-    });
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t i0 = m * g / groups, i1 = m * (g + 1) / groups;
+      with_mr<kFewMr>(
+          i1 - i0, [&](auto mr) { w4a8_pair<kFormat, decltype(mr)::value>(w, p, x, i0, yt, ldy); });
+    }
   }
 }
 
