@@ -29,7 +29,7 @@ EXPECTED = {
     "gemm_avx2.cc.o": ["prefetcht1", "vfmadd231ps", "vpshufb"],
     "w4a8_avx2.cc.o": ["prefetcht1", "vpmaddubsw", "vpshufb"],
     "gemm_avx512.cc.o": ["prefetcht1", "vfmadd231ps", "vpermps"],
-    "w4a8_avx512_vnni.cc.o": ["prefetcht1", "prefetcht0", "vpdpbusd"],
+    "w4a8_avx512_vnni.cc.o": ["prefetcht1", "prefetcht0", "vpdpbusd", "vpermb"],
     "w4a8_amx.cc.o": ["ldtilecfg", "tdpbssd", "tilestored", "tilerelease", "prefetcht0"],
 }
 
