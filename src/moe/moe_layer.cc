@@ -122,6 +122,11 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   MoeLayer layer;
   layer.config_ = config;
   layer.router_ = router;
+  layer.router_storage_ = allocate_streamed(router.weight.size_bytes());
+  if (layer.router_storage_ == nullptr) return moe_error("out of memory for the router weights");
+  std::memcpy(layer.router_storage_.get(), router.weight.data(), router.weight.size_bytes());
+  layer.router_.weight = std::span<const float>(
+      reinterpret_cast<const float*>(layer.router_storage_.get()), router.weight.size());
   layer.max_tokens_ = max_tokens;
   auto plan_all = [&](std::vector<ExpertWeights>& in, std::vector<Expert>& out,
                       const char* kind) -> Status {
