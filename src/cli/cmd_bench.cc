@@ -165,7 +165,7 @@ int run_bench(const BenchOptions& o) {
          {"bandwidth_ratio", r->bandwidth_ratio},
          {"bandwidth_min_gbps", r->bandwidth_min_gbps},
          {"bandwidth_max_gbps", r->bandwidth_max_gbps},
-         {"bandwidth_rounds", r->rounds},
+         {"bandwidth_rounds", r->bandwidth_rounds},
          {"gflops", r->gflops},
          {"pack_s_per_gb", r->pack_s_per_gb},
          {"rounds", o.repeat},
@@ -179,7 +179,7 @@ int run_bench(const BenchOptions& o) {
           "(%d copies of %zu bytes, %d threads; pack %.2f s/GB)\n",
           r->kernel.c_str(), r->format.c_str(), static_cast<long long>(r->m),
           static_cast<long long>(r->k), static_cast<long long>(r->n), r->us, r->gbps,
-          r->bandwidth_ratio, r->bandwidth_gbps, r->rounds, r->bandwidth_min_gbps,
+          r->bandwidth_ratio, r->bandwidth_gbps, r->bandwidth_rounds, r->bandwidth_min_gbps,
           r->bandwidth_max_gbps, r->gflops, r->copies, r->weight_bytes, r->threads,
           r->pack_s_per_gb);
       if (o.repeat > 1) {

@@ -191,25 +191,18 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
       p.run(x.data(), k, m, y.data(), n, pool);
     }
   };
-  // One warm-up pass over the set, then rounds of one read of the probe and whole timed passes
-  // over the set for at least kRoundSeconds, until the passes took min_seconds.
-  constexpr double kRoundSeconds = 0.05;
+  // One warm-up pass over the set, then timed passes in rounds (run_rounds).
   for (const LinearPlan& p : plans) product(p);
   const double pass_bytes = static_cast<double>(r.weight_bytes) * static_cast<double>(plans.size());
-  RoundBound bound;
   int64_t products = 0;
-  do {
-    const double probe_gbps = probe.gbps();
-    double round_bytes = 0, round_s = 0;
+  auto timed = run_rounds(probe, min_seconds, 1, [&]() -> Result<StepCost> {
     const auto t0 = Clock::now();
-    do {
-      for (const LinearPlan& p : plans) product(p);
-      products += static_cast<int64_t>(plans.size());
-      round_bytes += pass_bytes;
-      round_s = seconds_since(t0);
-    } while (round_s < kRoundSeconds);
-    bound.add(round_bytes, round_s, probe_gbps);
-  } while (bound.seconds < min_seconds);
+    for (const LinearPlan& p : plans) product(p);
+    products += static_cast<int64_t>(plans.size());
+    return StepCost{pass_bytes, seconds_since(t0)};
+  });
+  if (!timed.ok()) return timed.error();
+  const RoundBound& bound = *timed;
   const double s = bound.seconds / static_cast<double>(products);
   r.us = s * 1e6;
   r.gbps = bound.gbps();
@@ -217,7 +210,7 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   r.bandwidth_ratio = 1.0 / bound.ratio();
   r.bandwidth_min_gbps = bound.min_gbps;
   r.bandwidth_max_gbps = bound.max_gbps;
-  r.rounds = bound.rounds;
+  r.bandwidth_rounds = bound.rounds;
   r.gflops = 2.0 * static_cast<double>(m * n * k) / s / 1e9;
   return r;
 }

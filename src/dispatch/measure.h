@@ -60,6 +60,37 @@ struct RoundBound {
   double ratio() const { return seconds / bound_seconds; }
 };
 
+// One timed step of a benchmark: the weight bytes it read and the seconds it took.
+struct StepCost {
+  double bytes = 0, seconds = 0;
+};
+
+// The timing loop of every benchmark that divides by the bandwidth: rounds of steps lasting at
+// least kRoundSeconds, each round after one read of `probe` and judged by it, until the steps took
+// min_seconds in all and ran at least min_steps times. `step()` returns Result<StepCost>; its
+// first error ends the run.
+inline constexpr double kRoundSeconds = 0.05;
+
+template <class Step>
+Result<RoundBound> run_rounds(ReadProbe& probe, double min_seconds, int64_t min_steps,
+                              Step&& step) {
+  RoundBound bound;
+  int64_t steps = 0;
+  do {
+    const double probe_gbps = probe.gbps();
+    StepCost round;
+    do {
+      auto cost = step();
+      if (!cost.ok()) return cost.error();
+      round.bytes += cost->bytes;
+      round.seconds += cost->seconds;
+      ++steps;
+    } while (round.seconds < kRoundSeconds);
+    bound.add(round.bytes, round.seconds, probe_gbps);
+  } while (bound.seconds < min_seconds || steps < min_steps);
+  return bound;
+}
+
 // Random checkpoint-layout data for one [n, k] matrix of `format`: uniform codes (no NaN) and
 // scales that keep weights small (~2^-7 .. 2^-3), so benchmarks of whole layers stay finite.
 // Shared by the GEMM and MoE-layer benchmarks.
@@ -84,7 +115,7 @@ struct GemmBenchResult {
   double bandwidth_gbps = 0;   // DRAM read bandwidth measured between the timed rounds (RoundBound)
   double bandwidth_ratio = 0;  // gbps / bandwidth_gbps
   double bandwidth_min_gbps = 0, bandwidth_max_gbps = 0;  // the probe's range over the rounds
-  int rounds = 0;
+  int bandwidth_rounds = 0;  // timed rounds, each after one probe read (run_rounds)
   double gflops = 0;
   double pack_s_per_gb = 0;  // load-time repack cost (checkpoint layout -> kernel layout)
   int threads = 0;

@@ -2,7 +2,6 @@
 // each call routes to different experts, as decode does.
 #include "model/bench_layers.h"
 
-#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -47,22 +46,19 @@ Result<std::vector<LayerBench>> bench_checkpoint_layers(const std::filesystem::p
           moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
     }
     LayerBench b;
-    constexpr double kRoundSeconds = 0.05;
-    dispatch::RoundBound bound;
-    while (bound.seconds < options.min_seconds || b.calls < 8) {
-      const double probe_gbps = probe.gbps();
-      double round_s = 0, round_bytes = 0;
-      const auto start = std::chrono::steady_clock::now();
-      while (round_s < kRoundSeconds) {
-        const int s = static_cast<int>(b.calls % kActivationSets);
-        FP4MOE_RETURN_IF_ERROR(
-            moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
-        round_bytes += static_cast<double>(moe->last_bytes_read());
-        ++b.calls;
-        round_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      }
-      bound.add(round_bytes, round_s, probe_gbps);
-    }
+    auto timed =
+        dispatch::run_rounds(probe, options.min_seconds, 8, [&]() -> Result<dispatch::StepCost> {
+          const int s = static_cast<int>(b.calls % kActivationSets);
+          const auto t0 = std::chrono::steady_clock::now();
+          FP4MOE_RETURN_IF_ERROR(
+              moe->forward(xs.data() + s * options.batch * hidden, options.batch, y.data(), pool));
+          ++b.calls;
+          return dispatch::StepCost{
+              static_cast<double>(moe->last_bytes_read()),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+        });
+    if (!timed.ok()) return timed.error();
+    const dispatch::RoundBound& bound = *timed;
     b.layer = layer;
     b.expert_scheme = loaded->expert_scheme();
     b.precision = dispatch::precision_name(options.precision);

@@ -38,7 +38,7 @@ nlohmann::ordered_json MoeBenchResult::to_json() const {
           {"bandwidth_gbps", bandwidth_gbps},
           {"bandwidth_min_gbps", bandwidth_min_gbps},
           {"bandwidth_max_gbps", bandwidth_max_gbps},
-          {"bandwidth_rounds", rounds},
+          {"bandwidth_rounds", bandwidth_rounds},
           {"bound_us", bound_us},
           {"ratio_to_bound", ratio_to_bound},
           {"pack_s_per_gb", pack_s_per_gb},
@@ -81,8 +81,8 @@ std::string MoeBenchResult::summary() const {
                 "bound %.0f us at the %.2f GB/s DRAM read bandwidth measured between its %d rounds "
                 "(%.1f .. %.1f): %.2fx the bound (%d threads, %s)",
                 layer.c_str(), format.c_str(), precision.c_str(), static_cast<long long>(batch), us,
-                bytes_per_call / 1e6, bound_us, bandwidth_gbps, rounds, bandwidth_min_gbps,
-                bandwidth_max_gbps, ratio_to_bound, threads, isa.c_str());
+                bytes_per_call / 1e6, bound_us, bandwidth_gbps, bandwidth_rounds,
+                bandwidth_min_gbps, bandwidth_max_gbps, ratio_to_bound, threads, isa.c_str());
   return buf;
 }
 
@@ -160,28 +160,21 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   };
   new_tokens();
   FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));  // warm-up
-  const double router_bytes = sizeof(float) * router_w.size();
-  // Rounds of one read of the probe and calls for at least kRoundSeconds, each round's bytes
-  // judged by the bandwidth read just before it (dispatch::RoundBound).
-  constexpr double kRoundSeconds = 0.05;
-  dispatch::RoundBound bound;
+  // Timed calls in rounds (dispatch::run_rounds); drawing the tokens is not timed.
   double phase_s[kMoePhases] = {};
-  while (bound.seconds < min_seconds) {
-    const double probe_gbps = probe.gbps();
-    double round_s = 0, round_bytes = 0;
-    while (round_s < kRoundSeconds) {
-      new_tokens();
-      const auto t0 = Clock::now();
-      FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
-      round_s += std::chrono::duration<double>(Clock::now() - t0).count();
-      round_bytes += static_cast<double>(layer->last_bytes_read()) + router_bytes;
-      const MoePhaseTimes& phases = layer->last_phase_times();
-      for (int i = 0; i < kMoePhases; ++i) phase_s[i] += phases.seconds[i];
-      r.pool_jobs_per_call = phases.pool_jobs;
-      ++r.calls;
-    }
-    bound.add(round_bytes, round_s, probe_gbps);
-  }
+  auto timed = dispatch::run_rounds(probe, min_seconds, 1, [&]() -> Result<dispatch::StepCost> {
+    new_tokens();
+    const auto t0 = Clock::now();
+    FP4MOE_RETURN_IF_ERROR(layer->forward(x.data(), batch, y.data(), pool));
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const MoePhaseTimes& phases = layer->last_phase_times();
+    for (int i = 0; i < kMoePhases; ++i) phase_s[i] += phases.seconds[i];
+    r.pool_jobs_per_call = phases.pool_jobs;
+    ++r.calls;
+    return dispatch::StepCost{static_cast<double>(layer->last_bytes_read()), s};
+  });
+  if (!timed.ok()) return timed.error();
+  const dispatch::RoundBound& bound = *timed;
   for (int i = 0; i < kMoePhases; ++i) {
     r.phase_us[i] = phase_s[i] / static_cast<double>(r.calls) * 1e6;
   }
@@ -197,7 +190,7 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
   r.bandwidth_gbps = bound.bandwidth();
   r.bandwidth_min_gbps = bound.min_gbps;
   r.bandwidth_max_gbps = bound.max_gbps;
-  r.rounds = bound.rounds;
+  r.bandwidth_rounds = bound.rounds;
   r.bound_us = bound.bound_seconds / static_cast<double>(r.calls) * 1e6;
   r.ratio_to_bound = bound.ratio();
   return r;

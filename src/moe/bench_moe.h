@@ -27,8 +27,8 @@ struct MoeBenchResult {
   // round's bytes / the figure read just before it (dispatch::RoundBound).
   double bandwidth_gbps = 0;
   double bandwidth_min_gbps = 0, bandwidth_max_gbps = 0;  // the probe's range over the rounds
-  int rounds = 0;
-  double bound_us = 0;        // bytes_per_call / bandwidth
+  int bandwidth_rounds = 0;                               // timed rounds, each after one probe read
+  double bound_us = 0;                                    // bytes_per_call / bandwidth
   double ratio_to_bound = 0;  // us / bound_us (1.0 = at the memory bound)
   double pack_s_per_gb = 0;
   int threads = 0;

@@ -332,7 +332,7 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   if (routed_in_w4a8_ || shared_in_w4a8_) clock.end(MoePhase::kQuantize);
 
   // Phase 1: gate and up products of every active expert and every shared expert.
-  last_bytes_ = 0;
+  last_bytes_ = router_.weight.size_bytes();  // read by the logits phase above
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (counts_[e] == 0) continue;
     const Expert& ex = experts_[e];

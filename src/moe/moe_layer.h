@@ -94,7 +94,8 @@ class MoeLayer {
 
   std::span<const int32_t> ids() const { return ids_; }
   std::span<const float> route_weights() const { return route_weights_; }
-  // Weight bytes the last forward streamed: each active expert once, shared experts once.
+  // Weight bytes the last forward streamed: the router weights, each active expert once, shared
+  // experts once.
   size_t last_bytes_read() const { return last_bytes_; }
   const MoePhaseTimes& last_phase_times() const { return phase_times_; }
   std::string describe() const;

@@ -385,14 +385,14 @@ TEST(MoeLayer, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
   std::vector<float> x = testing::random_activations(9, kHidden, rng), y(9 * kHidden);
   ASSERT_TRUE(layer->forward(x.data(), 9, y.data(), ThreadPool::global()).ok());
   for (int32_t id : layer->ids()) EXPECT_EQ(id, 5);
-  // Bytes read: expert 5 once for all 9 tokens, plus the shared expert.
+  // Bytes read: the router weights, expert 5 once for all 9 tokens, plus the shared expert.
   const size_t one = fx.experts[5]->gate.packed.streamed_bytes() +
                      fx.experts[5]->up.packed.streamed_bytes() +
                      fx.experts[5]->down.packed.streamed_bytes();
   const size_t shared = fx.shared[0]->gate.packed.streamed_bytes() +
                         fx.shared[0]->up.packed.streamed_bytes() +
                         fx.shared[0]->down.packed.streamed_bytes();
-  EXPECT_EQ(layer->last_bytes_read(), one + shared);
+  EXPECT_EQ(layer->last_bytes_read(), sizeof(float) * fx.router_w.size() + one + shared);
 }
 
 TEST(MoeLayer, TopKEqualsNumberOfExperts) {

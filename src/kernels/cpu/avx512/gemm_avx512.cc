@@ -6,15 +6,17 @@
 // No VNNI / BF16 / VBMI variants: these kernels are W4A16 (the decoded weight times the F32
 // activation, accumulated in F32). VNNI is an int8 dot product: it pays in the W4A8 kernels
 // (cpu/avx512_vnni/), not here; vdpbf16ps would round the activations to BF16 (exact only for BF16
-// inputs) and flushes subnormals; VBMI's 64-entry vpermb buys nothing over pshufb for a 16-entry
-// table.
+// inputs) and flushes subnormals; VBMI's vpermb makes bytes, and vpermps already gives the floats.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 
+#include "formats/scalar.h"
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/mca.h"
@@ -33,12 +35,16 @@ using avx512::row_mask;
 
 constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
 
-// The 16 E2M1 codes as F32 (2 * e2m1) * 2^24 (the 2^-25 above undoes it; the AVX2 kernels'
-// top-byte decode makes the same floats). vpermps looks a code up straight from the low 4 bits of
-// a dword.
-alignas(64) constexpr float kE2m1x2TopByte[16] = {
-    0x0p24f, 0x1p24f,  0x2p24f,  0x3p24f,  0x4p24f,  0x6p24f,  0x8p24f,  0xcp24f,
-    0x0p24f, -0x1p24f, -0x2p24f, -0x3p24f, -0x4p24f, -0x6p24f, -0x8p24f, -0xcp24f};
+// The 16 E2M1 codes (formats::kE2M1Values) as F32 times 2^25, -0 as +0: the floats the AVX2
+// kernels' top-byte decode makes ((2 * e2m1) << 24 as an int32; the 2^-25 above undoes it).
+// vpermps looks a code up straight from the low 4 bits of a dword.
+constexpr std::array<float, 16> e2m1_x2_top_byte() {
+  std::array<float, 16> t{};
+  for (size_t c = 0; c < t.size(); ++c) t[c] = formats::kE2M1Values[c] * 0x1p25f + 0.0f;
+  return t;
+}
+alignas(64) constexpr std::array<float, 16> kE2m1x2TopByte = e2m1_x2_top_byte();
+static_assert(kE2m1x2TopByte[15] == -0xcp24f && std::bit_cast<uint32_t>(kE2m1x2TopByte[8]) == 0);
 
 // k in [0, 8) of a chunk pair, 16 rows: after the in-lane 4x4 byte transpose, dword r holds row
 // r's bytes for k 0-3 (low nibbles) and 4-7 (high nibbles), so k's code is the low 4 bits of the
@@ -59,7 +65,7 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
   constexpr int kChains = 4;
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const int64_t k_blocks = w.chunks / kChunksPerBlock;
-  const __m512 lut = _mm512_load_ps(kE2m1x2TopByte);
+  const __m512 lut = _mm512_load_ps(kE2m1x2TopByte.data());
   const __m512i transpose = avx512::transpose4x4_ctrl();
   __m512 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
@@ -118,7 +124,7 @@ template <WeightFormat kFormat>
 inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, float* panel,
                               int64_t ld) {
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
-  const __m512 lut = _mm512_load_ps(kE2m1x2TopByte);
+  const __m512 lut = _mm512_load_ps(kE2m1x2TopByte.data());
   const __m512i transpose = avx512::transpose4x4_ctrl();
   const int64_t b0 = k0 / (kChunksPerBlock * kFp4ChunkK);
   const int64_t blocks = kc / (kChunksPerBlock * kFp4ChunkK);

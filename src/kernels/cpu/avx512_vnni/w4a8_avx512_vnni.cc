@@ -429,7 +429,7 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
     const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
     float* yt = y + p.first_row;
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t i0 = m * g / groups, i1 = m * (g + 1) / groups;
+      const int64_t i0 = group_start(m, groups, g), i1 = group_start(m, groups, g + 1);
       with_mr<kFewMr>(i1 - i0, [&](auto mr) {
         w4a8_pair<kFormat, kVbmi, decltype(mr)::value>(w, p, x, i0, yt, ldy);
       });
