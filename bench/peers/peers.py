@@ -23,9 +23,11 @@ import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 import time
 
 # --- the rows -------------------------------------------------------------------------------
@@ -86,12 +88,15 @@ class Ours:
         return json.loads(out.strip().splitlines()[-1])
 
     def gemm(self, fmt: str, precision: str, m: int, k: int, n: int) -> dict:
+        """w4a16 runs with BF16 activations (a model's hidden states; kt-kernel's input too): the
+        BF16-activation kernels where the host has them (exact products either way)."""
+        acts = ["--activations", "bf16"] if precision == "w4a16" else []
         j = self._run(["--gemv", "--format", fmt, "--precision", precision, "--m", str(m),
                        "--k", str(k), "--n", str(n), "--min-gib", str(self.min_gib),
-                       "--seconds", str(self.seconds)])
+                       "--seconds", str(self.seconds), *acts])
         return {"us": j["us"], "gbps": j["gbps"], "gflops": j["gflops"],
                 "bandwidth_gbps": j["bandwidth_gbps"], "bandwidth_ratio": j["bandwidth_ratio"],
-                "kernel": j["kernel"], "isa": j["isa"]}
+                "kernel": j["kernel"], "isa": j["isa"], "activations": j["activations"]}
 
     def moe(self, fmt: str, precision: str, batch: int) -> dict:
         j = self._run(["--moe", "--format", fmt, "--precision", precision, "--batch", str(batch),
@@ -765,6 +770,8 @@ def make_row(kind: str, label: str, tokens: int, peer: str, peer_fmt: str, peer_
         row[f"{prec}_gflops"] = gflops
         row[f"{prec}_of_peak"] = gflops / peak if peak else None
         row[f"ratio_{prec}"] = row["peer_us"] / us if row["peer_us"] else None
+        if "kernel" in o:  # GEMM: which kernel ran, on which activations
+            row[f"{prec}_kernel"], row[f"{prec}_activations"] = o["kernel"], o["activations"]
         if "ratio_to_bound" in o:  # MoE: fp4moe's own bytes/bandwidth bound, same process
             row[f"{prec}_ratio_to_bound"] = o["ratio_to_bound"]
     return row
@@ -792,7 +799,8 @@ def render_table(rows: list[dict], machine: dict) -> str:
         "times in us per product (GEMM) or per layer call (MoE); ratio = peer us / our us "
         "(>1: fp4moe faster); GB/s and GFLOP/s are fp4moe's; xBW: of the bandwidth each fp4moe "
         "run read between its own timed rounds (the DRAM figure above is bench_peaks', another "
-        "process at another moment); xpk: of the peak above (w4a16 vs FP32 FMA, w4a8 vs int8)",
+        "process at another moment); xpk: of the peak above (w4a16 vs FP32 FMA, w4a8 vs int8); "
+        "w4a16: exact products, of BF16 activations in the GEMM rows, of F32 ones in the MoE rows",
     ]
     head = (f"{'shape':<12} {'tok':>4} {'peer':<19} {'peer us':>9} {'w4a16 us':>9} "
             f"{'w4a8 us':>9} {'r16':>5} {'r8':>5} | {'a16 GB/s':>8} {'xBW':>4} {'GFLOP/s':>7} "
@@ -1015,6 +1023,16 @@ class FakeGemmPeer:
         pass
 
 
+def cpu_flags() -> set[str]:
+    """This host's CPU flags as /proc/cpuinfo names them (Linux; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    m = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    return set(m.group(1).split()) if m else set()
+
+
 def self_test(binary: str, peaks_binary: str) -> int:
     ours = Ours(binary, peaks_binary, min_gib=0.01, seconds=0.02)
     failures = []
@@ -1061,6 +1079,11 @@ def self_test(binary: str, peaks_binary: str) -> int:
                 # The bench's ratio (C++, from its rounds) against its own GB/s and bandwidth.
                 check(abs(r[f"{prec}_of_bw"] * r[f"{prec}_bw_gbps"] - r[f"{prec}_gbps"])
                       < 1e-6 * r[f"{prec}_gbps"], "fraction of our own run's bandwidth")
+        check(r.get("w4a16_activations") == "bf16" and r.get("w4a8_activations") == "f32",
+              "GEMM rows: w4a16 of BF16 activations, w4a8 of F32 ones")
+        check(("_bf16_" in r.get("w4a16_kernel", "")) ==
+              (r["tokens"] < 5 and "avx512_bf16" in cpu_flags() and not os.environ.get("FP4MOE_ISA")),
+              f"m={r['tokens']}: the BF16-activation kernel exactly where the host has it")
         check(r["format"] == ("mxfp4" if "mxfp4" in r["peer"] else "nvfp4"),
               "a peer is compared with ours of its format")
     repack = [r for r in rows if r["peer"] == "ggml mxfp4 repack" and r["tokens"] == 3]

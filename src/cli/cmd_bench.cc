@@ -28,6 +28,7 @@ struct BenchOptions {
   int64_t m = 1, k = 4096, n = 14336;
   std::string isa;
   std::string precision = "w4a16";
+  std::string activations = "f32";  // --gemv: f32 | bf16
   bool json = false;
   double min_gib = 1.0;
   double seconds = 2.0;
@@ -143,7 +144,7 @@ int run_bench(const BenchOptions& o) {
         o.repeat,
         [&] {
           return dispatch::bench_gemm(*format, isa, o.m, o.k, o.n, min_bytes, o.seconds, pool,
-                                      *precision);
+                                      *precision, o.activations == "bf16");
         },
         ratio, round_ratios);
     if (!sorted.ok()) return report_error("bench", sorted.error(), o.json);
@@ -153,6 +154,7 @@ int run_bench(const BenchOptions& o) {
          {"isa", r->isa},
          {"kernel", r->kernel},
          {"precision", r->precision},
+         {"activations", r->activations},
          {"m", r->m},
          {"k", r->k},
          {"n", r->n},
@@ -174,14 +176,15 @@ int run_bench(const BenchOptions& o) {
          {"round_ratios", round_ratios}};
     if (!o.json) {
       std::printf(
-          "%s %s m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the %.2f GB/s "
+          "%s %s %s activations m=%lld k=%lld n=%lld: %.1f us/product, %.2f GB/s = %.3f of the "
+          "%.2f GB/s "
           "DRAM read bandwidth measured between its %d rounds (%.1f .. %.1f), %.1f GFLOP/s "
           "(%d copies of %zu bytes, %d threads; pack %.2f s/GB)\n",
-          r->kernel.c_str(), r->format.c_str(), static_cast<long long>(r->m),
-          static_cast<long long>(r->k), static_cast<long long>(r->n), r->us, r->gbps,
-          r->bandwidth_ratio, r->bandwidth_gbps, r->bandwidth_rounds, r->bandwidth_min_gbps,
-          r->bandwidth_max_gbps, r->gflops, r->copies, r->weight_bytes, r->threads,
-          r->pack_s_per_gb);
+          r->kernel.c_str(), r->format.c_str(), r->activations.c_str(),
+          static_cast<long long>(r->m), static_cast<long long>(r->k), static_cast<long long>(r->n),
+          r->us, r->gbps, r->bandwidth_ratio, r->bandwidth_gbps, r->bandwidth_rounds,
+          r->bandwidth_min_gbps, r->bandwidth_max_gbps, r->gflops, r->copies, r->weight_bytes,
+          r->threads, r->pack_s_per_gb);
       if (o.repeat > 1) {
         std::printf("  median of %d rounds; ratio %.3f .. %.3f\n", o.repeat, ratio(rounds.front()),
                     ratio(rounds.back()));
@@ -239,10 +242,16 @@ const CommandRegistrar registrar{Command{
       app.add_option("--layers", o->layers, "with --checkpoint: layer indices (default: all)")
           ->delimiter(',');
       app.add_option("--isa", o->isa,
-                     "force an ISA: scalar | avx2 | avx512 | avx512_vnni | amx_int8");
+                     "force an ISA: scalar | avx2 | avx512 | avx512_vnni | avx512_bf16 | amx_int8");
       app.add_option("--precision", o->precision,
                      "w4a16 (exact: F32 activations) | w4a8 (int8 activations per block, the "
                      "separate W4A8 kernels; FP4 formats)")
+          ->capture_default_str();
+      app.add_option(
+             "--activations", o->activations,
+             "--gemv with w4a16: f32 | bf16 (BF16 activations, run as a model's BF16 hidden "
+             "states are: the BF16-activation kernels where the host has them)")
+          ->check(CLI::IsMember({"f32", "bf16"}))
           ->capture_default_str();
       app.add_option("--min-gib", o->min_gib, "weight set streamed, GiB")->capture_default_str();
       app.add_option("--seconds", o->seconds, "minimum timed seconds")->capture_default_str();

@@ -55,6 +55,9 @@ CpuFeatures detect() {
     f.amx_tile = (d & (1u << 24)) != 0;  // CPUID.(7,0):EDX[24] AMX-TILE
     f.amx_int8 = (d & (1u << 25)) != 0;  // EDX[25] AMX-INT8
   }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+    f.avx512bf16 = (a & (1u << 5)) != 0;  // CPUID.(7,1):EAX[5] AVX512_BF16
+  }
   // XTILECFG and XTILEDATA (XCR0 bits 17, 18) enabled by the OS, and the data state granted.
   if (f.amx_tile && f.amx_int8 && (xcr0 & 0x60000) == 0x60000) f.os_amx = request_amx_permission();
   return f;
@@ -78,6 +81,7 @@ std::string CpuFeatures::summary() const {
   add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
+  add(avx512bf16, "avx512bf16");
   add(amx_tile, "amx-tile");
   add(amx_int8, "amx-int8");
   s += os_zmm ? "; OS saves zmm" : (os_ymm ? "; OS saves ymm only" : "; OS saves no AVX state");
@@ -115,12 +119,18 @@ bool host_supports(kernels::Isa isa) {
 #else
       return f.avx512vnni && host_supports(kernels::Isa::kAvx512);
 #endif
+    case kernels::Isa::kAvx512Bf16:
+#ifdef FP4MOE_EMULATE_AVX512
+      return host_supports(kernels::Isa::kAvx512Vnni);
+#else
+      return f.avx512bf16 && host_supports(kernels::Isa::kAvx512Vnni);
+#endif
     case kernels::Isa::kAmxInt8:
       // Never emulated: the AMX kernel files are always built for the real ISA (kernels/), so
       // this asks the real host, also in the emulated test build.
-      return f.amx_tile && f.amx_int8 && f.os_amx && f.avx512vnni && f.avx512f && f.avx512bw &&
-             f.avx512vl && f.avx512dq && f.fma && f.f16c && f.os_zmm &&
-             host_supports(kernels::Isa::kAvx512Vnni);
+      return f.amx_tile && f.amx_int8 && f.os_amx && f.avx512bf16 && f.avx512vnni && f.avx512f &&
+             f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c && f.os_zmm &&
+             host_supports(kernels::Isa::kAvx512Bf16);
   }
   return false;
 }
@@ -140,7 +150,7 @@ Result<kernels::Isa> parse_isa(std::string_view name) {
     if (kernels::isa_name(isa) == name) return isa;
   }
   return Error{"unknown ISA '" + std::string(name) +
-               "' (expected scalar, avx2, avx512, avx512_vnni or amx_int8)"};
+               "' (expected scalar, avx2, avx512, avx512_vnni, avx512_bf16 or amx_int8)"};
 }
 
 std::optional<kernels::Isa> forced_isa() {

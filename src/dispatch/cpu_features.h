@@ -16,6 +16,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false;
+  bool avx512bf16 = false;
   bool amx_tile = false, amx_int8 = false;
   bool os_ymm = false;          // XCR0 has SSE+AVX state: the OS saves ymm registers
   bool os_zmm = false;          // XCR0 also has opmask + zmm state

@@ -115,9 +115,14 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
   } else {
     fell_back("exact", k->isa);
   }
+  const kernels::Bf16KernelInfo* bf16 = nullptr;
+  if (w4a8 == nullptr) {
+    bf16 = kernels::best_bf16_kernel(w.format, chosen);
+    if (bf16 != nullptr && bf16->isa < k->isa) bf16 = nullptr;
+  }
   // The plan's ISA is that of the kernel its products run on.
   const kernels::Isa used = w4a8 != nullptr ? w4a8->isa : k->isa;
-  return LinearPlan(&w, used, k, w4a8, std::move(why));
+  return LinearPlan(&w, used, k, w4a8, bf16, std::move(why));
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {
@@ -146,6 +151,12 @@ void LinearPlan::run(const float* x, int64_t ldx, int64_t m, float* y, int64_t l
 
 void LinearPlan::run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy,
                           std::span<float> scratch, ThreadPool& pool) const {
+  if (runs_bf16_kernel(m)) {
+    for_tile_ranges(w_->n_tiles, pool, [&](int64_t begin, int64_t end) {
+      bf16_->fn(*w_, x, w_->k, m, y, ldy, begin, end);
+    });
+    return;
+  }
   const int64_t count = m * w_->k;
   FP4MOE_CHECK(static_cast<int64_t>(scratch.size()) >= count);
   for (int64_t i = 0; i < count; ++i) scratch[i] = formats::decode_bf16(x[i]);
@@ -158,6 +169,9 @@ std::string LinearPlan::describe() const {
          std::string(kernels::isa_name(isa_)) + ": " + why_ +
          (w4a8_ != nullptr ? "; W4A8: int8 activations per " + std::to_string(activation_block()) +
                                  "-element block"
+                           : "") +
+         (bf16_ != nullptr ? "; BF16 activations below " + std::to_string(kBf16KernelMaxTokens) +
+                                 " tokens: " + std::string(bf16_->name)
                            : "") +
          "; host: " + cpu_features().summary() + ")";
 }

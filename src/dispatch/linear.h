@@ -67,9 +67,21 @@ class LinearPlan {
   // y[m, n] = x[m, k] . W^T in F32, split over the pool's threads by tile ranges: always the exact
   // (W4A16) kernel; a W4A8 plan's own product is run_w4a8 / run_quantizing.
   void run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, ThreadPool& pool) const;
-  // BF16 activations: widened to F32 (exactly) into `scratch` (>= m * k floats), then as above.
+  // BF16 activations x [m, k]: below kBf16KernelMaxTokens tokens by the plan's BF16-activation
+  // kernel where it has one (bf16_kernel()), else widened to F32 (exactly) into `scratch`
+  // (>= m * k floats) and run as above. Both are exact products summed in F32 (in different
+  // orders: kernels/types.h).
   void run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy, std::span<float> scratch,
                 ThreadPool& pool) const;
+  // Whether run_bf16 at `m` tokens runs the BF16-activation kernel.
+  bool runs_bf16_kernel(int64_t m) const { return bf16_ != nullptr && m < kBf16KernelMaxTokens; }
+  // The BF16-activation kernel an exact plan runs for BF16 callers, or nullptr: the family's best
+  // at or below the plan's ISA, when it is at least the exact kernel's level (so not on AVX2 or
+  // plain AVX-512 hosts, where the family has only its scalar oracle), and none for W4A8 plans.
+  const kernels::Bf16KernelInfo* bf16_kernel() const { return bf16_; }
+  // From this many tokens run_bf16 widens to F32 for the exact kernel's panel path, which decodes
+  // each weight once for many tokens, where the BF16 kernel re-decodes per group of 4 tokens.
+  static constexpr int64_t kBf16KernelMaxTokens = 5;
   // Tiles [tile_begin, tile_end) on the calling thread, for callers that build their own tasks.
   void run_tiles(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int64_t tile_begin,
                  int64_t tile_end) const {
@@ -105,17 +117,20 @@ class LinearPlan {
 
  private:
   LinearPlan(const kernels::PackedMatrix* w, kernels::Isa isa, const kernels::KernelInfo* k,
-             const kernels::W4A8KernelInfo* w4a8, std::string why)
+             const kernels::W4A8KernelInfo* w4a8, const kernels::Bf16KernelInfo* bf16,
+             std::string why)
       : w_(w),
         isa_(isa),
         kernel_(k),
         w4a8_(w4a8),
+        bf16_(bf16),
         quantizer_(w4a8 != nullptr ? kernels::best_activation_quantizer(isa)->fn : nullptr),
         why_(std::move(why)) {}
   const kernels::PackedMatrix* w_;
   kernels::Isa isa_;
   const kernels::KernelInfo* kernel_;    // the exact kernel (every plan has one)
   const kernels::W4A8KernelInfo* w4a8_;  // set for W4A8 plans
+  const kernels::Bf16KernelInfo* bf16_;  // run_bf16's kernel below kBf16KernelMaxTokens, or null
   kernels::QuantizeActivationsFn quantizer_;
   std::string why_;
 };

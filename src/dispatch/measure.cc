@@ -13,6 +13,7 @@
 
 #include "core/streamed_memory.h"
 #include "dispatch/linear.h"
+#include "formats/scalar.h"
 #include "kernels/registry.h"
 #include "pack/pack.h"
 
@@ -131,8 +132,14 @@ Result<pack::PackedWeights> RandomMatrix::pack() const {
 
 Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
                                    int64_t m, int64_t k, int64_t n, size_t min_bytes,
-                                   double min_seconds, ThreadPool& pool, Precision precision) {
+                                   double min_seconds, ThreadPool& pool, Precision precision,
+                                   bool bf16_activations) {
   if (m < 1 || k < 1 || n < 1) return Error{"bench: m, k and n must be positive"};
+  if (bf16_activations && precision == Precision::kW4A8) {
+    return Error{
+        "bench: BF16 activations go with the exact (w4a16) precision; W4A8 quantizes "
+        "F32 activations"};
+  }
   if (k % kernels::weight_format_k_block(format) != 0) {
     return Error{"bench: K = " + std::to_string(k) + " is not a multiple of the " +
                  std::string(kernels::weight_format_name(format)) + " block"};
@@ -174,10 +181,21 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   r.isa = kernels::isa_name(plans[0].isa());
   r.kernel = plans[0].kernel_name();
   r.precision = precision_name(precision);
+  if (bf16_activations) {
+    r.activations = "bf16";
+    if (plans[0].runs_bf16_kernel(m)) r.kernel = plans[0].bf16_kernel()->name;
+  }
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(m * k), y(m * n);
   for (float& v : x) v = normal(rng);
+  std::vector<uint16_t> x16;  // BF16 activations only
+  std::vector<float> widened;
+  if (bf16_activations) {
+    x16.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x16[i] = formats::encode_bf16(x[i]);
+    widened.resize(x.size());
+  }
 
   ReadProbe probe(pool, std::max<size_t>(min_bytes, size_t{1} << 30));
   QuantizedActivationBuffer quantized;  // W4A8 only
@@ -187,6 +205,8 @@ Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<k
   auto product = [&](const LinearPlan& p) {
     if (precision == Precision::kW4A8) {
       p.run_quantizing(x.data(), k, m, y.data(), n, quantized, pool);
+    } else if (bf16_activations) {
+      p.run_bf16(x16.data(), m, y.data(), n, widened, pool);
     } else {
       p.run(x.data(), k, m, y.data(), n, pool);
     }

@@ -107,6 +107,7 @@ struct RandomMatrix {
 
 struct GemmBenchResult {
   std::string format, isa, kernel, precision;
+  std::string activations = "f32";  // "bf16": run_bf16 (BF16 activations, converted once)
   int64_t m = 0, k = 0, n = 0;
   size_t weight_bytes = 0;     // one matrix, codes + scales
   int copies = 0;              // matrices streamed in turn (copies * weight_bytes >= min_bytes)
@@ -124,10 +125,13 @@ struct GemmBenchResult {
 // Packs `copies` matrices of random codes and valid scales, then runs Y = X . W^T over the copies
 // in turn for at least `min_seconds`, in rounds of one pass over the copies, each after a read of
 // a ReadProbe of max(min_bytes, 1 GiB) (RoundBound). A W4A8 product's time
-// includes quantizing its activations (as a lone product must).
+// includes quantizing its activations (as a lone product must). `bf16_activations` (exact plans
+// only): the activations are BF16 and each product is LinearPlan::run_bf16, its time including a
+// widening to F32 where the plan does that.
 Result<GemmBenchResult> bench_gemm(kernels::WeightFormat format, std::optional<kernels::Isa> isa,
                                    int64_t m, int64_t k, int64_t n, size_t min_bytes,
                                    double min_seconds, ThreadPool& pool,
-                                   Precision precision = Precision::kExact);
+                                   Precision precision = Precision::kExact,
+                                   bool bf16_activations = false);
 
 }  // namespace fp4moe::dispatch

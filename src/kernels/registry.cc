@@ -15,6 +15,8 @@ std::string_view isa_name(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512_vnni";
+    case Isa::kAvx512Bf16:
+      return "avx512_bf16";
     case Isa::kAmxInt8:
       return "amx_int8";
   }
@@ -56,6 +58,11 @@ constexpr W4A8KernelInfo kW4A8Kernels[] = {
 #include "kernels/kernel_list.inc"
 #undef FP4MOE_W4A8_KERNEL
 };
+constexpr Bf16KernelInfo kBf16Kernels[] = {
+#define FP4MOE_BF16_KERNEL(fn, format, isa) {#fn, WeightFormat::format, Isa::isa, &fn},
+#include "kernels/kernel_list.inc"
+#undef FP4MOE_BF16_KERNEL
+};
 constexpr ActivationQuantizerInfo kQuantizers[] = {
 #define FP4MOE_ACT_QUANTIZER(fn, isa) {#fn, Isa::isa, &fn},
 #include "kernels/kernel_list.inc"
@@ -65,7 +72,15 @@ constexpr ActivationQuantizerInfo kQuantizers[] = {
 
 std::span<const KernelInfo> all_kernels() { return kKernels; }
 std::span<const W4A8KernelInfo> all_w4a8_kernels() { return kW4A8Kernels; }
+std::span<const Bf16KernelInfo> all_bf16_kernels() { return kBf16Kernels; }
 std::span<const ActivationQuantizerInfo> all_activation_quantizers() { return kQuantizers; }
+
+const Bf16KernelInfo* find_bf16_kernel(WeightFormat format, Isa isa) {
+  for (const Bf16KernelInfo& k : kBf16Kernels) {
+    if (k.format == format && k.isa == isa) return &k;
+  }
+  return nullptr;
+}
 
 const W4A8KernelInfo* find_w4a8_kernel(WeightFormat format, Isa isa) {
   for (const W4A8KernelInfo& k : kW4A8Kernels) {
@@ -108,6 +123,11 @@ const KernelInfo* best_kernel(WeightFormat format, Isa isa) {
 const W4A8KernelInfo* best_w4a8_kernel(WeightFormat format, Isa isa) {
   return best_at_or_below(all_w4a8_kernels(), isa,
                           [format](const W4A8KernelInfo& k) { return k.format == format; });
+}
+
+const Bf16KernelInfo* best_bf16_kernel(WeightFormat format, Isa isa) {
+  return best_at_or_below(all_bf16_kernels(), isa,
+                          [format](const Bf16KernelInfo& k) { return k.format == format; });
 }
 
 const ActivationQuantizerInfo* best_activation_quantizer(Isa isa) {

@@ -31,6 +31,16 @@ struct W4A8KernelInfo {
 std::span<const W4A8KernelInfo> all_w4a8_kernels();
 const W4A8KernelInfo* find_w4a8_kernel(WeightFormat format, Isa isa);
 
+// The BF16-activation family (types.h), kept apart as W4A8 is: only BF16 callers pick it.
+struct Bf16KernelInfo {
+  std::string_view name;
+  WeightFormat format;
+  Isa isa;
+  GemmBf16Kernel fn;
+};
+std::span<const Bf16KernelInfo> all_bf16_kernels();
+const Bf16KernelInfo* find_bf16_kernel(WeightFormat format, Isa isa);
+
 struct ActivationQuantizerInfo {
   std::string_view name;
   Isa isa;
@@ -44,6 +54,7 @@ const ActivationQuantizerInfo* find_activation_quantizer(Isa isa);
 // find_* above are exact lookups, for tests that name a kernel.
 const KernelInfo* best_kernel(WeightFormat format, Isa isa);
 const W4A8KernelInfo* best_w4a8_kernel(WeightFormat format, Isa isa);
+const Bf16KernelInfo* best_bf16_kernel(WeightFormat format, Isa isa);
 const ActivationQuantizerInfo* best_activation_quantizer(Isa isa);
 
 }  // namespace fp4moe::kernels

@@ -17,11 +17,13 @@ enum class Isa : uint8_t {
   kAvx2,        // AVX2 + FMA + F16C (Haswell, Zen 1+)
   kAvx512,      // AVX-512 F/BW/VL/DQ (Skylake-SP, Zen 4+)
   kAvx512Vnni,  // AVX-512 above + VNNI's int8 dot product (Cascade Lake, Ice Lake, Zen 4+)
-  kAmxInt8,     // AVX-512 VNNI above + AMX-TILE/AMX-INT8 tile products, with the OS's permission
-                // (Sapphire Rapids and later Xeons)
+  kAvx512Bf16,  // AVX-512 VNNI above + AVX512-BF16's vdpbf16ps (Cooper Lake, Zen 4+; Ice Lake
+                // has VNNI without it, so it stays at the level above)
+  kAmxInt8,     // AVX-512 BF16 above + AMX-TILE/AMX-INT8 tile products, with the OS's permission
+                // (Sapphire Rapids and later Xeons, which all have AVX512-BF16)
 };
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
-                                   Isa::kAmxInt8};
+inline constexpr Isa kAllIsas[] = {Isa::kScalar,     Isa::kAvx2,       Isa::kAvx512,
+                                   Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmxInt8};
 std::string_view isa_name(Isa isa);
 
 // Weight formats the CPU kernels consume (checkpoint variants map onto these in pack/).
@@ -90,6 +92,22 @@ struct PackedMatrix {
 // Threads split the tile range; a kernel allocates nothing and keeps no state.
 using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, int64_t m, float* y,
                             int64_t ldy, int64_t tile_begin, int64_t tile_end);
+
+// ------------------------------------------------------------------------------------------------
+// BF16 activations: a separate kernel family for callers whose activations are BF16 (a model's
+// hidden states), never chosen for F32 ones. Every product w * x is exact in F32 (an E2M1 value
+// has 2 significant bits, a BF16 one 8), so this is an exact product of the BF16 inputs like the
+// F32 family's, summed in another order, the order of AVX512-BF16's vdpbf16ps, which the scalar
+// kernel of the family follows bit for bit (kernels/cpu/bf16_pair_dot.h):
+//  - per row and K block, 4 chains; chain q takes the pair (k, k + 1) = (8c + 2q, 8c + 2q + 1) of
+//    every 8-k chunk c of the block, in chunk order: acc = fl(fl(acc + w[k+1] x[k+1]) + w[k] x[k]),
+//    with subnormal inputs and results flushed to zero (vdpbf16ps: DAZ, FTZ, round to nearest);
+//  - the block's sum (c0 + c1) + (c2 + c3), times the F32 block scale, added to the row's total by
+//    one fma (chains and total start at zero); the output is the total times the tensor scale.
+// Outside the exactness statement: activations below 2^-126 (BF16 subnormals, read as zero) and
+// partial sums below 2^-126 (flushed), both only perturb contributions below ~1e-38 before scaling.
+using GemmBf16Kernel = void (*)(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m,
+                                float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end);
 
 // ------------------------------------------------------------------------------------------------
 // W4A8 ("activations in int8", the llama.cpp q8 scheme): a separate, named kernel family, never

@@ -30,6 +30,7 @@ EXPECTED = {
     "w4a8_avx2.cc.o": ["prefetcht1", "vpmaddubsw", "vpshufb"],
     "gemm_avx512.cc.o": ["prefetcht1", "vfmadd231ps", "vpermps"],
     "w4a8_avx512_vnni.cc.o": ["prefetcht1", "prefetcht0", "vpdpbusd", "vpermb"],
+    "gemm_bf16_avx512.cc.o": ["prefetcht1", "vdpbf16ps", "vpermw"],
     "w4a8_amx.cc.o": ["ldtilecfg", "tdpbssd", "tilestored", "tilerelease", "prefetcht0"],
 }
 

@@ -70,12 +70,12 @@ def test_verify_mxfp4_then_converted_nvfp4(tmp_path, rng):
 
 
 # The nested levels, lowest first (kernels/types.h).
-ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "amx_int8")
+ISAS = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx_int8")
 # The level whose kernel an exact (W4A16) plan runs when asked for each ISA: every exact family has
-# kernels up to avx512 and none for avx512_vnni or amx_int8, so those step down
+# kernels up to avx512 and none for avx512_vnni, avx512_bf16 or amx_int8, so those step down
 # (kernels/kernel_list.inc).
 EXACT_LEVEL = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512", "avx512_vnni": "avx512",
-               "amx_int8": "avx512"}
+               "avx512_bf16": "avx512", "amx_int8": "avx512"}
 # One plan in MoeLayer::describe(): "<format> [N=.., K=..] -> <kernel> (<isa>: <why>; host: ...)".
 PLAN = re.compile(r"-> (\w+) \((\w+): ([^;]*)(?:; (no exact kernel for \w+, so \w+))?;")
 

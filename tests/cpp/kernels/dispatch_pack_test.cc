@@ -213,24 +213,43 @@ TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
   }
 }
 
-TEST(Dispatch, Bf16ActivationsGiveTheF32ResultOfTheirValues) {
-  // BF16 -> F32 is exact, so BF16 input must match F32 input holding the same values, bit for bit.
-  // The F32 values are widened here by hand (BF16 is the top half of an F32), not by the
-  // formats::decode_bf16 that run_bf16 itself uses.
+TEST(Dispatch, Bf16ActivationsRunTheBf16KernelOrTheF32OneOnTheirValues) {
+  // run_bf16: below kBf16KernelMaxTokens, on a host with the BF16-activation kernels, their
+  // result (the scalar one's bits, kernels/types.h); otherwise the F32 kernel's result for F32
+  // inputs holding the same values, bit for bit (BF16 -> F32 is exact). The F32 values are
+  // widened here by hand (BF16 is the top half of an F32), not by the formats::decode_bf16 that
+  // run_bf16 itself uses. Then again with the host limited to plain AVX-512 (no BF16 kernel).
   std::mt19937 rng(3);
   testing::QuantizedMatrix w = testing::quantize_random(WeightFormat::kMxfp4, 40, 96, rng);
-  std::vector<float> x = testing::random_activations(3, 96, rng);
-  std::vector<uint16_t> x16(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    x16[i] = formats::encode_bf16(x[i]);
-    x[i] = std::bit_cast<float>(uint32_t{x16[i]} << 16);
+  const auto* scalar = kernels::find_bf16_kernel(WeightFormat::kMxfp4, kernels::Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  for (bool limited : {false, true}) {
+    if (limited) dispatch::set_host_isa_limit_for_testing(kernels::Isa::kAvx512);
+    auto plan = dispatch::LinearPlan::create(w.packed.view());
+    ASSERT_TRUE(plan.ok());
+    if (!dispatch::forced_isa()) {  // the best ISA: a BF16 kernel exactly where the host has one
+      EXPECT_EQ(plan->bf16_kernel() != nullptr, dispatch::host_supports(kernels::Isa::kAvx512Bf16))
+          << plan->describe();
+    }
+    for (int64_t m : {int64_t{3}, dispatch::LinearPlan::kBf16KernelMaxTokens + 2}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + (limited ? " host limited to avx512" : ""));
+      std::vector<float> x = testing::random_activations(m, 96, rng);
+      std::vector<uint16_t> x16(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        x16[i] = formats::encode_bf16(x[i]);
+        x[i] = std::bit_cast<float>(uint32_t{x16[i]} << 16);
+      }
+      std::vector<float> want(m * 40), from_bf16(m * 40), scratch(m * 96);
+      if (plan->runs_bf16_kernel(m)) {
+        scalar->fn(w.packed.view(), x16.data(), 96, m, want.data(), 40, 0, w.packed.view().n_tiles);
+      } else {
+        plan->run(x.data(), 96, m, want.data(), 40, ThreadPool::global());
+      }
+      plan->run_bf16(x16.data(), m, from_bf16.data(), 40, scratch, ThreadPool::global());
+      EXPECT_EQ(want, from_bf16);
+    }
   }
-  auto plan = dispatch::LinearPlan::create(w.packed.view());
-  ASSERT_TRUE(plan.ok());
-  std::vector<float> from_f32(3 * 40), from_bf16(3 * 40), scratch(3 * 96);
-  plan->run(x.data(), 96, 3, from_f32.data(), 40, ThreadPool::global());
-  plan->run_bf16(x16.data(), 3, from_bf16.data(), 40, scratch, ThreadPool::global());
-  EXPECT_EQ(from_f32, from_bf16);
+  dispatch::set_host_isa_limit_for_testing(std::nullopt);
 }
 
 TEST(Pack, OneNonzeroElementLandsWhereTheKernelsReadIt) {

@@ -42,13 +42,13 @@ inline std::vector<float> random_weights(int64_t n, int64_t k, std::mt19937& rng
   return w;
 }
 
-inline QuantizedMatrix quantize_random(kernels::WeightFormat format, int64_t n, int64_t k,
-                                       std::mt19937& rng) {
+// `w` [n, k] quantized by formats/ into `format`, dequantized and packed.
+inline QuantizedMatrix quantize_weights(kernels::WeightFormat format, const std::vector<float>& w,
+                                        int64_t n, int64_t k) {
   QuantizedMatrix q;
   q.format = format;
   q.n = n;
   q.k = k;
-  const std::vector<float> w = random_weights(n, k, rng);
   q.dequantized.resize(w.size());
   auto must = [](const Status& s) {
     if (!s.ok()) throw std::runtime_error(s.error().message);
@@ -91,6 +91,11 @@ inline QuantizedMatrix quantize_random(kernels::WeightFormat format, int64_t n, 
     }
   }
   return q;
+}
+
+inline QuantizedMatrix quantize_random(kernels::WeightFormat format, int64_t n, int64_t k,
+                                       std::mt19937& rng) {
+  return quantize_weights(format, random_weights(n, k, rng), n, k);
 }
 
 inline std::vector<float> random_activations(int64_t m, int64_t k, std::mt19937& rng) {

@@ -58,3 +58,24 @@ static inline void fp4moe_emulated_mm512_mask_storeu_ps(void* dst, simde__mmask1
 #ifndef _mm512_mask_storeu_ps
 #define _mm512_mask_storeu_ps(p, k, a) fp4moe_emulated_mm512_mask_storeu_ps((p), (k), (a))
 #endif
+
+// vdpbf16ps as the hardware computes it (odd pair first, each addition rounded, subnormals
+// flushed: kernels/cpu/bf16_pair_dot.h, checked against a Zen 4), in place of SIMDe's, which
+// adds the even product first and flushes nothing. Replaced, not only added where missing, so
+// the emulated BF16-activation kernels give the scalar kernels' bits as the real ones do.
+#include "kernels/cpu/bf16_pair_dot.h"
+static inline simde__m512 fp4moe_emulated_mm512_dpbf16_ps(simde__m512 src, simde__m512bh a,
+                                                          simde__m512bh b) {
+  float acc[16];
+  uint16_t wa[32], wb[32];
+  simde_mm512_storeu_ps(acc, src);
+  __builtin_memcpy(wa, &a, sizeof(wa));
+  __builtin_memcpy(wb, &b, sizeof(wb));
+  for (int i = 0; i < 16; ++i) {
+    acc[i] = fp4moe::kernels::bf16_pair_dot(acc[i], wa[2 * i], wa[2 * i + 1], wb[2 * i],
+                                            wb[2 * i + 1]);
+  }
+  return simde_mm512_loadu_ps(acc);
+}
+#undef _mm512_dpbf16_ps
+#define _mm512_dpbf16_ps(src, a, b) fp4moe_emulated_mm512_dpbf16_ps((src), (a), (b))

@@ -1,0 +1,143 @@
+// AVX512-BF16 kernels of the BF16-activation family (kernels/types.h): FP4 weights decoded to BF16
+// and multiplied by BF16 activations with vdpbf16ps, two 8-row tiles per zmm (16 rows) as the
+// AVX-512 F32 kernels run them. Compiled with the AVX-512 VNNI flags plus -mavx512bf16; dispatch/
+// calls them only where cpuid says AVX512_BF16 (and the OS saves zmm state).
+//
+// Why a family of its own: vdpbf16ps does 32 multiply-adds per instruction where an F32 FMA does
+// 16, and a code becomes a 16-bit BF16 weight by one vpermw per 32 weights where the F32 kernels
+// need one vpermps per 16; but it rounds nothing only when the activations already are BF16, so
+// F32 callers keep the F32 kernels (types.h states the order of its sums).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx512/fp4_avx512.h"
+#include "kernels/cpu/bf16_pair_dot.h"
+#include "kernels/cpu/kernels_cpu.h"
+#include "kernels/cpu/mca.h"
+#include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/token_groups.h"
+
+namespace fp4moe::kernels {
+namespace {
+
+using avx512::decode_block_scales;
+using avx512::Fp4TilePair;
+using avx512::load_pair;
+using avx512::row_mask;
+
+// vpermw reads the low 5 bits of each index word; a code sits in bits 0-3 with a neighbour's bit
+// in bit 4, so the 16 BF16 values of E2M1 are repeated to fill the 32 entries.
+constexpr std::array<uint16_t, 32> e2m1_bf16_table() {
+  std::array<uint16_t, 32> t{};
+  for (int i = 0; i < 32; ++i) t[i] = e2m1_bf16_bits(i % 16);
+  return t;
+}
+alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16 = e2m1_bf16_table();
+
+// In-lane byte shuffles of a chunk pair (types.h: byte 4j + r of a 16-byte lane holds lane row r,
+// k j in its low nibble and k j + 4 in its high one). Dword r of the result holds row r's bytes of
+// k j0 and j0 + 1 in the low bytes of its two words, zero above: vpermw then makes the BF16 pair
+// (k j0, k j0 + 1), and after a 4-bit word shift the pair (k j0 + 4, k j0 + 5). The pairs are
+// consecutive k, so each meets its activation pair as one dword broadcast from memory.
+inline __m512i pair_bytes_ctrl(int j0) {
+  alignas(16) int8_t c[16];
+  for (int r = 0; r < 4; ++r) {
+    c[4 * r + 0] = static_cast<int8_t>(4 * j0 + r);
+    c[4 * r + 1] = static_cast<int8_t>(0x80);
+    c[4 * r + 2] = static_cast<int8_t>(4 * (j0 + 1) + r);
+    c[4 * r + 3] = static_cast<int8_t>(0x80);
+  }
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(c)));
+}
+
+// The activation pair (x[k], x[k + 1]) as one dword, in every lane.
+[[gnu::always_inline]] inline __m512bh pair_broadcast(const uint16_t* xk) {
+  int32_t v;
+  std::memcpy(&v, xk, sizeof(v));
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+template <WeightFormat kFormat, int MR>
+inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_t* x, int64_t ldx,
+                      float* y, int64_t ldy) {
+  constexpr int kChains = 4;  // chain q: k pair (2q, 2q + 1) of each chunk (types.h)
+  constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
+  const int64_t k_blocks = w.chunks / kChunksPerBlock;
+  const __m512i lut = _mm512_load_si512(kE2m1Bf16.data());
+  const __m512i ctrl01 = pair_bytes_ctrl(0);
+  const __m512i ctrl23 = pair_bytes_ctrl(2);
+  __m512 total[MR];
+  for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("bf16", "avx512_bf16");
+    __m512 chain[MR][kChains];
+    for (int i = 0; i < MR; ++i) {
+      for (int c = 0; c < kChains; ++c) chain[i][c] = _mm512_setzero_ps();
+    }
+    const int64_t block_off = b * kChunksPerBlock * kChunkBytes;
+    prefetch_ahead(p.codes_a + block_off, kChunksPerBlock * kChunkBytes);
+    prefetch_ahead(p.b_codes(block_off), kChunksPerBlock * kChunkBytes);
+    for (int c = 0; c < kChunksPerBlock; ++c) {
+      const int64_t chunk = b * kChunksPerBlock + c;
+      const __m512i raw =
+          load_pair(p.codes_a + chunk * kChunkBytes, p.b_codes(chunk * kChunkBytes));
+      const __m512i t01 = _mm512_shuffle_epi8(raw, ctrl01);
+      const __m512i t23 = _mm512_shuffle_epi8(raw, ctrl23);
+      const __m512bh wk[kChains] = {
+          (__m512bh)_mm512_permutexvar_epi16(t01, lut),
+          (__m512bh)_mm512_permutexvar_epi16(t23, lut),
+          (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(t01, 4), lut),
+          (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(t23, 4), lut),
+      };
+      const uint16_t* xk = x + chunk * kFp4ChunkK;
+      for (int i = 0; i < MR; ++i) {
+        for (int q = 0; q < kChains; ++q) {
+          chain[i][q] = _mm512_dpbf16_ps(chain[i][q], wk[q], pair_broadcast(xk + i * ldx + 2 * q));
+        }
+      }
+    }
+    const __m512 scale = decode_block_scales<kFormat>(p.scales_a + b * kTileRows, p.b_scales(b));
+    for (int i = 0; i < MR; ++i) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(chain[i][0], chain[i][1]),
+                                       _mm512_add_ps(chain[i][2], chain[i][3]));
+      total[i] = _mm512_fmadd_ps(sum, scale, total[i]);
+    }
+    FP4MOE_MCA_BLOCK_END();
+  }
+  const __m512 out_scale = _mm512_set1_ps(w.tensor_scale);
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, row_mask(p.rows), _mm512_mul_ps(total[i], out_scale));
+  }
+}
+
+template <WeightFormat kFormat>
+void fp4_gemm_bf16_avx512(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m,
+                          float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  for (int64_t t = tile_begin; t < tile_end; t += 2) {
+    const Fp4TilePair p = avx512::fp4_tile_pair(w, t, tile_end);
+    float* yt = y + p.first_row;
+    for_token_groups<4>(m, [&](auto mr, int64_t i) {
+      bf16_pair<kFormat, decltype(mr)::value>(w, p, x + i * ldx, ldx, yt + i * ldy, ldy);
+    });
+  }
+}
+
+}  // namespace
+
+void nvfp4_gemm_bf16_16r_avx512_bf16(const PackedMatrix& w, const uint16_t* x, int64_t ldx,
+                                     int64_t m, float* y, int64_t ldy, int64_t tile_begin,
+                                     int64_t tile_end) {
+  fp4_gemm_bf16_avx512<WeightFormat::kNvfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+void mxfp4_gemm_bf16_16r_avx512_bf16(const PackedMatrix& w, const uint16_t* x, int64_t ldx,
+                                     int64_t m, float* y, int64_t ldy, int64_t tile_begin,
+                                     int64_t tile_end) {
+  fp4_gemm_bf16_avx512<WeightFormat::kMxfp4>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+}
+
+}  // namespace fp4moe::kernels
