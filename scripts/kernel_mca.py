@@ -33,8 +33,10 @@ FILES = {
     "src/kernels/cpu/avx2/w4a8_avx2.cc": ("avx2", 8),
     "src/kernels/cpu/avx512/gemm_avx512.cc": ("avx512", 16),
     "src/kernels/cpu/avx512_vnni/w4a8_avx512_vnni.cc": ("avx512_vnni", 16),
+    "src/kernels/cpu/avx512_bf16/gemm_bf16_avx512.cc": ("avx512_bf16", 16),
 }
-AVX512_CPUS = {"skylake-avx512", "icelake-server", "sapphirerapids", "znver4"}
+AVX512_CPUS = {"skylake-avx512", "icelake-server", "cooperlake", "sapphirerapids", "znver4"}
+BF16_CPUS = {"cooperlake", "sapphirerapids", "znver4"}  # AVX512-BF16 (vdpbf16ps)
 DEFAULT_CPUS = "haswell,skylake,znver3,icelake-server,sapphirerapids"
 BLOCK_K = {"nvfp4": 16, "mxfp4": 32}  # weights per block scale along K
 
@@ -125,6 +127,8 @@ def main(argv: list[str]) -> int:
             linear = straight_line(asm.read_text())
             for cpu in a.cpus.split(","):
                 if isa.startswith("avx512") and cpu not in AVX512_CPUS:
+                    continue
+                if isa == "avx512_bf16" and cpu not in BF16_CPUS:
                     continue
                 run = subprocess.run([mca, f"-mcpu={cpu}", f"-iterations={a.iterations}",
                                       str(asm)], capture_output=True, text=True)

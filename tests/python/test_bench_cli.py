@@ -38,6 +38,30 @@ def test_gemv_json_has_the_issue_fields(fmt, precision):
     assert r["gflops"] == pytest.approx(2 * 3 * 256 * 72 / (r["us"] * 1e-6) / 1e9, rel=1e-6)
 
 
+def host_has_avx512_bf16() -> bool:
+    return "avx512_bf16" in Path("/proc/cpuinfo").read_text().split() and not os.environ.get("FP4MOE_ISA")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "fp8_block"])
+@pytest.mark.parametrize("m", [1, 4, 5])
+def test_gemv_bf16_activations(fmt, m):
+    """BF16 activations: the BF16-activation kernel below 5 tokens where the host has AVX512-BF16
+    (FP4 only), the exact F32 kernel otherwise; W4A8 takes F32 activations only (bad input)."""
+    proc = run("bench", "--gemv", "--format", fmt, "--m", m, "--k", 256, "--n", 72, "--min-gib", 0.001,
+               "--seconds", 0.02, "--activations", "bf16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["activations"] == "bf16" and r["precision"] == "w4a16"
+    bf16_kernel = fmt != "fp8_block" and m < 5 and host_has_avx512_bf16()
+    assert r["kernel"] == (f"{fmt}_gemm_bf16_16r_avx512_bf16" if bf16_kernel else r["kernel"])
+    assert ("_bf16_" in r["kernel"]) == bf16_kernel, r["kernel"]
+    assert r["bandwidth_ratio"] == pytest.approx(r["gbps"] / r["bandwidth_gbps"], rel=1e-6)
+    w4a8 = run("bench", "--gemv", "--format", fmt, "--precision", "w4a8", "--k", 256, "--n", 8,
+               "--min-gib", 0.001, "--seconds", 0.01, "--activations", "bf16")
+    assert w4a8.returncode == 2, (w4a8.returncode, w4a8.stderr)
+    assert "BF16 activations" in w4a8.stderr or "W4A8" in w4a8.stderr
+
+
 def test_repeat_reports_the_median_round_and_the_spread():
     # 5 rounds, not 3: a report of the wrong sorted round (the 2nd, the 4th) differs from the median.
     proc = run("bench", "--gemv", "--format", "mxfp4", "--precision", "w4a8", "--k", 256, "--n", 64,
