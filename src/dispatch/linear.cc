@@ -151,7 +151,7 @@ void LinearPlan::run(const float* x, int64_t ldx, int64_t m, float* y, int64_t l
 
 void LinearPlan::run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy,
                           std::span<float> scratch, ThreadPool& pool) const {
-  if (runs_bf16_kernel(m)) {
+  if (bf16_ != nullptr) {
     for_tile_ranges(w_->n_tiles, pool, [&](int64_t begin, int64_t end) {
       bf16_->fn(*w_, x, w_->k, m, y, ldy, begin, end);
     });
@@ -170,9 +170,7 @@ std::string LinearPlan::describe() const {
          (w4a8_ != nullptr ? "; W4A8: int8 activations per " + std::to_string(activation_block()) +
                                  "-element block"
                            : "") +
-         (bf16_ != nullptr ? "; BF16 activations below " + std::to_string(kBf16KernelMaxTokens) +
-                                 " tokens: " + std::string(bf16_->name)
-                           : "") +
+         (bf16_ != nullptr ? "; BF16 activations: " + std::string(bf16_->name) : "") +
          "; host: " + cpu_features().summary() + ")";
 }
 

@@ -67,21 +67,19 @@ class LinearPlan {
   // y[m, n] = x[m, k] . W^T in F32, split over the pool's threads by tile ranges: always the exact
   // (W4A16) kernel; a W4A8 plan's own product is run_w4a8 / run_quantizing.
   void run(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, ThreadPool& pool) const;
-  // BF16 activations x [m, k]: below kBf16KernelMaxTokens tokens by the plan's BF16-activation
-  // kernel where it has one (bf16_kernel()), else widened to F32 (exactly) into `scratch`
-  // (>= m * k floats) and run as above. Both are exact products summed in F32 (in different
-  // orders: kernels/types.h).
+  // BF16 activations x [m, k]: by the plan's BF16-activation kernel where it has one
+  // (bf16_kernel()), at every M, else widened to F32 (exactly) into `scratch` (>= m * k floats)
+  // and run as above. Both are exact products summed in F32 (in different orders:
+  // kernels/types.h). At every M: on the 2-core Zen 4 of stop 28, NVFP4 4096 -> 2048 from DRAM,
+  // two threads, the BF16 kernel (groups of 4 tokens, each re-decoding) ran 245-271 GFLOP/s at
+  // 6-64 tokens and 188 at 256, the F32 kernels on widened activations (their panel path from 5)
+  // 120-172 at 5-256; and a token's bits then do not depend on the batch it came in.
   void run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy, std::span<float> scratch,
                 ThreadPool& pool) const;
-  // Whether run_bf16 at `m` tokens runs the BF16-activation kernel.
-  bool runs_bf16_kernel(int64_t m) const { return bf16_ != nullptr && m < kBf16KernelMaxTokens; }
   // The BF16-activation kernel an exact plan runs for BF16 callers, or nullptr: the family's best
   // at or below the plan's ISA, when it is at least the exact kernel's level (so not on AVX2 or
   // plain AVX-512 hosts, where the family has only its scalar oracle), and none for W4A8 plans.
   const kernels::Bf16KernelInfo* bf16_kernel() const { return bf16_; }
-  // From this many tokens run_bf16 widens to F32 for the exact kernel's panel path, which decodes
-  // each weight once for many tokens, where the BF16 kernel re-decodes per group of 4 tokens.
-  static constexpr int64_t kBf16KernelMaxTokens = 5;
   // Tiles [tile_begin, tile_end) on the calling thread, for callers that build their own tasks.
   void run_tiles(const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int64_t tile_begin,
                  int64_t tile_end) const {
@@ -130,7 +128,7 @@ class LinearPlan {
   kernels::Isa isa_;
   const kernels::KernelInfo* kernel_;    // the exact kernel (every plan has one)
   const kernels::W4A8KernelInfo* w4a8_;  // set for W4A8 plans
-  const kernels::Bf16KernelInfo* bf16_;  // run_bf16's kernel below kBf16KernelMaxTokens, or null
+  const kernels::Bf16KernelInfo* bf16_;  // run_bf16's kernel, or null (widen to F32)
   kernels::QuantizeActivationsFn quantizer_;
   std::string why_;
 };
