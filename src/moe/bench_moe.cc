@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dispatch/measure.h"
+#include "formats/scalar.h"
 #include "kernels/registry.h"
 #include "moe/moe_layer.h"
 #include "pack/pack.h"
@@ -128,7 +129,9 @@ Result<MoeBenchResult> bench_moe_layer(kernels::WeightFormat routed_format,
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> router_w(kExperts * kHidden), bias(kExperts);
-  for (float& v : router_w) v = normal(rng) * 0.02f;
+  // BF16 values, as the checkpoint holds them (DeepSeek-V4-Flash: torch_dtype bfloat16; its router
+  // gate is not quantized): the layer keeps them as BF16 (RouterWeights::weight_bf16).
+  for (float& v : router_w) v = formats::decode_bf16(formats::encode_bf16(normal(rng) * 0.02f));
   for (float& v : bias) v = normal(rng) * 0.01f;
   MoeConfig config;
   config.hidden = kHidden;

@@ -12,6 +12,7 @@
 #include "moe/moe_layer.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -122,11 +123,27 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   MoeLayer layer;
   layer.config_ = config;
   layer.router_ = router;
-  layer.router_storage_ = allocate_streamed(router.weight.size_bytes());
+  // Router weights that are all exact in BF16 (a checkpoint's BF16 router) are kept as BF16: the
+  // same logits from half the bytes (RouterWeights::weight_bf16).
+  const bool bf16 = std::all_of(router.weight.begin(), router.weight.end(), [](float v) {
+    return (std::bit_cast<uint32_t>(v) & 0xFFFFu) == 0;
+  });
+  const size_t count = router.weight.size();
+  layer.router_storage_ = allocate_streamed(count * (bf16 ? sizeof(uint16_t) : sizeof(float)));
   if (layer.router_storage_ == nullptr) return moe_error("out of memory for the router weights");
-  std::memcpy(layer.router_storage_.get(), router.weight.data(), router.weight.size_bytes());
-  layer.router_.weight = std::span<const float>(
-      reinterpret_cast<const float*>(layer.router_storage_.get()), router.weight.size());
+  if (bf16) {
+    auto* out = reinterpret_cast<uint16_t*>(layer.router_storage_.get());
+    for (size_t i = 0; i < count; ++i) {
+      out[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(router.weight[i]) >> 16);
+    }
+    layer.router_.weight = {};
+    layer.router_.weight_bf16 = std::span<const uint16_t>(out, count);
+  } else {
+    std::memcpy(layer.router_storage_.get(), router.weight.data(), router.weight.size_bytes());
+    layer.router_.weight =
+        std::span<const float>(reinterpret_cast<const float*>(layer.router_storage_.get()), count);
+    layer.router_.weight_bf16 = {};
+  }
   layer.max_tokens_ = max_tokens;
   auto plan_all = [&](std::vector<ExpertWeights>& in, std::vector<Expert>& out,
                       const char* kind) -> Status {
@@ -332,7 +349,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   if (routed_in_w4a8_ || shared_in_w4a8_) clock.end(MoePhase::kQuantize);
 
   // Phase 1: gate and up products of every active expert and every shared expert.
-  last_bytes_ = router_.weight.size_bytes();  // read by the logits phase above
+  // Read by the logits phase above (one of the two is empty).
+  last_bytes_ = router_.weight.size_bytes() + router_.weight_bf16.size_bytes();
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (counts_[e] == 0) continue;
     const Expert& ex = experts_[e];

@@ -124,11 +124,12 @@ class MoeLayer {
   void run_tasks(ThreadPool& pool, size_t routed_end);
 
   MoeConfig config_;
-  RouterWeights router_;  // its weight points into router_storage_
+  RouterWeights router_;  // its weight (F32) or weight_bf16 points into router_storage_
   // The router weights, copied at create into memory allocated as packed weights are
   // (core/streamed_memory.h): every call streams them, and a caller's ordinary allocation is in
   // 4 KiB pages, which the hardware prefetchers do not run past (2-core Zen 4, DeepSeek-V4-Flash
   // layer, batch 1: router_logits 175-186 us in the caller's vector, 138-151 us in 2 MiB pages).
+  // As BF16 where every weight is exact in BF16 (RouterWeights::weight_bf16).
   StreamedBuffer router_storage_;
   std::vector<Expert> experts_, shared_;
   int64_t max_tokens_ = 0, max_inter_ = 0, shared_inter_total_ = 0;

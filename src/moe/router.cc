@@ -11,12 +11,15 @@
 //    the sum when norm_topk_prob (no eps). Mixtral: softmax of the top-k logits (same weights).
 #include "moe/router.h"
 
+#include <emmintrin.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+
+#include "formats/scalar.h"
 
 namespace fp4moe::moe {
 namespace {
@@ -165,15 +168,29 @@ namespace {
 // on every host).
 #define FP4MOE_ROUTER_UNROLL _Pragma("GCC unroll 4")
 
-template <int NT>
-[[gnu::always_inline]] inline void logits_of_row(const float* we, const float* x, int64_t hidden,
+// Eight router weights from `we`, F32 or BF16 (widened exactly: BF16 is an F32's top half).
+[[gnu::always_inline]] inline void load8(const float* we, __m128& w0, __m128& w1) {
+  w0 = _mm_loadu_ps(we);
+  w1 = _mm_loadu_ps(we + 4);
+}
+[[gnu::always_inline]] inline void load8(const uint16_t* we, __m128& w0, __m128& w1) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(we));
+  w0 = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), v));
+  w1 = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), v));
+}
+inline float widen(float w) { return w; }
+inline float widen(uint16_t w) { return formats::decode_bf16(w); }
+
+template <int NT, class W>
+[[gnu::always_inline]] inline void logits_of_row(const W* we, const float* x, int64_t hidden,
                                                  float bias, int e, int ld, float* logits) {
   __m128 lo[NT], hi[NT];
   FP4MOE_ROUTER_UNROLL
   for (int t = 0; t < NT; ++t) lo[t] = hi[t] = _mm_setzero_ps();
   int64_t h = 0;
   for (; h + 8 <= hidden; h += 8) {
-    const __m128 w0 = _mm_loadu_ps(we + h), w1 = _mm_loadu_ps(we + h + 4);
+    __m128 w0, w1;
+    load8(we + h, w0, w1);
     FP4MOE_ROUTER_UNROLL
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + t * hidden + h;
@@ -187,15 +204,19 @@ template <int NT>
     _mm_store_ps(p, lo[t]);
     _mm_store_ps(p + 4, hi[t]);
     float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-    for (int64_t r = h; r < hidden; ++r) sum += x[t * hidden + r] * we[r];
+    for (int64_t r = h; r < hidden; ++r) sum += x[t * hidden + r] * widen(we[r]);
     logits[t * ld + e] = sum + bias;
   }
 }
 
 }  // namespace
 
-void router_logits(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
-                   int64_t hidden, int e_begin, int e_end, float* logits) {
+namespace {
+
+template <class W>
+void router_logits_of(const RouterConfig& c, const RouterWeights& w, const W* weight,
+                      const float* x, int64_t tokens, int64_t hidden, int e_begin, int e_end,
+                      float* logits) {
   // Expert-major within a tile of tokens: the tile's activations (kTokenTile x hidden F32, 256 KiB
   // at hidden 4096) stay in L2 while every expert row of the range passes over them. Without the
   // tile, 512 tokens (8 MiB) were re-read from L3 once per expert: 84 ms for a 4096 x 256 router.
@@ -206,7 +227,7 @@ void router_logits(const RouterConfig& c, const RouterWeights& w, const float* x
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenTile) {
     const int64_t t1 = std::min(tokens, t0 + kTokenTile);
     for (int e = e_begin; e < e_end; ++e) {
-      const float* we = w.weight.data() + e * hidden;
+      const W* we = weight + e * hidden;
       // -0.0f + sum = sum for every sum (+0.0f would turn a -0.0f sum into +0.0f).
       const float bias = w.logit_bias.empty() ? -0.0f : w.logit_bias[e];
       int64_t t = t0;
@@ -219,6 +240,17 @@ void router_logits(const RouterConfig& c, const RouterWeights& w, const float* x
                          logits + t * c.num_experts);
       }
     }
+  }
+}
+
+}  // namespace
+
+void router_logits(const RouterConfig& c, const RouterWeights& w, const float* x, int64_t tokens,
+                   int64_t hidden, int e_begin, int e_end, float* logits) {
+  if (!w.weight_bf16.empty()) {
+    router_logits_of(c, w, w.weight_bf16.data(), x, tokens, hidden, e_begin, e_end, logits);
+  } else {
+    router_logits_of(c, w, w.weight.data(), x, tokens, hidden, e_begin, e_end, logits);
   }
 }
 

@@ -41,10 +41,15 @@ struct RouterConfig {
 
 // Router parameters, F32. `weight` [E, H]; `logit_bias` [E] (gpt-oss router Linear bias) or
 // empty; `correction_bias` [E] (DeepSeek e_score_correction_bias, selection only) or empty.
+// `weight_bf16`, when not empty, replaces `weight` in router_logits: the same [E, H] values as BF16
+// bits, for weights that are all exact in BF16 (checkpoints store routers in BF16): they widen to
+// the same F32 values, so the logits have the same bits, from half the bytes. validate_router and
+// the FP64 reference read `weight`.
 struct RouterWeights {
   std::span<const float> weight;
   std::span<const float> logit_bias;
   std::span<const float> correction_bias;
+  std::span<const uint16_t> weight_bf16 = {};
 };
 
 Status validate_router(const RouterConfig& config, const RouterWeights& weights, int64_t hidden);

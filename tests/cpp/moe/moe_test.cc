@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "dispatch/cpu_features.h"
+#include "formats/scalar.h"
 #include "kernels/registry.h"
 #include "moe/moe_layer.h"
 #include "moe/reference.h"
@@ -393,6 +395,56 @@ TEST(MoeLayer, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
                         fx.shared[0]->up.packed.streamed_bytes() +
                         fx.shared[0]->down.packed.streamed_bytes();
   EXPECT_EQ(layer->last_bytes_read(), sizeof(float) * fx.router_w.size() + one + shared);
+}
+
+// A checkpoint's BF16 router: the layer keeps it as BF16 (RouterWeights::weight_bf16), reads half
+// the bytes, and routes and computes as the reference says.
+TEST(MoeLayer, Bf16RouterWeightsAreKeptAsBf16) {
+  const uint32_t seed = 78;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
+  build(fx, 1, kInter, rng);
+  for (float& v : fx.router_w) v = formats::decode_bf16(formats::encode_bf16(v));
+  check_against_reference(fx, 9, seed, "BF16 router");
+  auto layer = make_layer(fx, 9, dispatch::best_host_isa());
+  ASSERT_TRUE(layer.ok());
+  std::vector<float> x = testing::random_activations(1, kHidden, rng), y(kHidden);
+  ASSERT_TRUE(layer->forward(x.data(), 1, y.data(), ThreadPool::global()).ok());
+  size_t experts = 0;  // the token's 2 experts (distinct: top-k)
+  for (int32_t id : layer->ids().first(2)) {
+    experts += fx.experts[id]->gate.packed.streamed_bytes() +
+               fx.experts[id]->up.packed.streamed_bytes() +
+               fx.experts[id]->down.packed.streamed_bytes();
+  }
+  const size_t shared = fx.shared[0]->gate.packed.streamed_bytes() +
+                        fx.shared[0]->up.packed.streamed_bytes() +
+                        fx.shared[0]->down.packed.streamed_bytes();
+  EXPECT_EQ(layer->last_bytes_read(), sizeof(uint16_t) * fx.router_w.size() + experts + shared);
+}
+
+// router_logits from BF16 weight bits gives the F32 weights' logits bit for bit: lone tokens and
+// groups of 4, a hidden size with a tail past the last 8, and past one 16-token tile.
+TEST(Router, LogitsFromBf16WeightsHaveTheF32Bits) {
+  std::mt19937 rng(79);
+  const int experts = 12;
+  const int64_t hidden = 8 * 37 + 5, tokens = 19;
+  RouterConfig config{experts, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f,
+                      1,       1};
+  std::vector<float> w = testing::random_activations(experts, hidden, rng);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    w16[i] = formats::encode_bf16(w[i]);
+    w[i] = formats::decode_bf16(w16[i]);
+  }
+  const std::vector<float> x = testing::random_activations(tokens, hidden, rng);
+  std::vector<float> from_f32(tokens * experts), from_bf16(tokens * experts);
+  router_logits(config, RouterWeights{w, {}, {}}, x.data(), tokens, hidden, 0, experts,
+                from_f32.data());
+  router_logits(config, RouterWeights{{}, {}, {}, w16}, x.data(), tokens, hidden, 0, experts,
+                from_bf16.data());
+  EXPECT_EQ(0, std::memcmp(from_f32.data(), from_bf16.data(), sizeof(float) * from_f32.size()));
 }
 
 TEST(MoeLayer, TopKEqualsNumberOfExperts) {
