@@ -5,8 +5,9 @@
 //
 // No VNNI / BF16 / VBMI variants: these kernels are W4A16 (the decoded weight times the F32
 // activation, accumulated in F32). VNNI is an int8 dot product: it pays in the W4A8 kernels
-// (cpu/avx512_vnni/), not here; vdpbf16ps would round the activations to BF16 (exact only for BF16
-// inputs) and flushes subnormals; VBMI's vpermb makes bytes, and vpermps already gives the floats.
+// (cpu/avx512_vnni/), not here; vdpbf16ps would round F32 activations to BF16 and flushes
+// subnormals, so it runs in the BF16-activation family (cpu/avx512_bf16/), for BF16 callers only;
+// VBMI's vpermb makes bytes, and vpermps already gives the floats.
 #include <immintrin.h>
 
 #include <algorithm>
