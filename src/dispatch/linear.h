@@ -71,8 +71,8 @@ class LinearPlan {
   // (bf16_kernel()), at every M, else widened to F32 (exactly) into `scratch` (>= m * k floats)
   // and run as above. Both are exact products summed in F32 (in different orders:
   // kernels/types.h). At every M: on the 2-core Zen 4 of stop 28, NVFP4 4096 -> 2048 from DRAM,
-  // two threads, the BF16 kernel (groups of 4 tokens, each re-decoding) ran 245-271 GFLOP/s at
-  // 6-64 tokens and 188 at 256, the F32 kernels on widened activations (their panel path from 5)
+  // two threads, the BF16 kernel (groups of 4 tokens, each re-decoding) ran 192-271 GFLOP/s at
+  // 5-64 tokens and 188 at 256, the F32 kernels on widened activations (their panel path from 5)
   // 120-172 at 5-256; and a token's bits then do not depend on the batch it came in.
   void run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy, std::span<float> scratch,
                 ThreadPool& pool) const;
