@@ -88,7 +88,8 @@ const CommandRegistrar kVerify{
            ->delimiter(',');
        app.add_option("--tokens", args->tokens, "tokens per layer")->check(CLI::Range(1, 256));
        app.add_option("--seed", args->seed, "seed of the random activations");
-       app.add_option("--isa", args->isa, "force an ISA (scalar, avx2, avx512, avx512_vnni, avx512_bf16, amx_int8)");
+       app.add_option("--isa", args->isa,
+                      "force an ISA (scalar, avx2, avx512, avx512_vnni, avx512_bf16, amx_int8)");
        app.add_flag("--json", args->json, "print the results as JSON");
        return [args] { return run_verify(*args); };
      },

@@ -34,6 +34,10 @@ constexpr double kMoeTolOfScale = 1e-4;
 struct TestExpert {
   testing::QuantizedMatrix gate, up, down;
   std::vector<float> gate_bias, up_bias, down_bias;
+  // The bytes a layer call streams for this expert: its three packed matrices.
+  size_t streamed_bytes() const {
+    return gate.packed.streamed_bytes() + up.packed.streamed_bytes() + down.packed.streamed_bytes();
+  }
 };
 
 struct Fixture {
@@ -388,13 +392,9 @@ TEST(MoeLayer, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
   ASSERT_TRUE(layer->forward(x.data(), 9, y.data(), ThreadPool::global()).ok());
   for (int32_t id : layer->ids()) EXPECT_EQ(id, 5);
   // Bytes read: the router weights, expert 5 once for all 9 tokens, plus the shared expert.
-  const size_t one = fx.experts[5]->gate.packed.streamed_bytes() +
-                     fx.experts[5]->up.packed.streamed_bytes() +
-                     fx.experts[5]->down.packed.streamed_bytes();
-  const size_t shared = fx.shared[0]->gate.packed.streamed_bytes() +
-                        fx.shared[0]->up.packed.streamed_bytes() +
-                        fx.shared[0]->down.packed.streamed_bytes();
-  EXPECT_EQ(layer->last_bytes_read(), sizeof(float) * fx.router_w.size() + one + shared);
+  EXPECT_EQ(layer->last_bytes_read(), sizeof(float) * fx.router_w.size() +
+                                          fx.experts[5]->streamed_bytes() +
+                                          fx.shared[0]->streamed_bytes());
 }
 
 // A checkpoint's BF16 router: the layer keeps it as BF16 (RouterWeights::weight_bf16), reads half
@@ -413,15 +413,9 @@ TEST(MoeLayer, Bf16RouterWeightsAreKeptAsBf16) {
   std::vector<float> x = testing::random_activations(1, kHidden, rng), y(kHidden);
   ASSERT_TRUE(layer->forward(x.data(), 1, y.data(), ThreadPool::global()).ok());
   size_t experts = 0;  // the token's 2 experts (distinct: top-k)
-  for (int32_t id : layer->ids().first(2)) {
-    experts += fx.experts[id]->gate.packed.streamed_bytes() +
-               fx.experts[id]->up.packed.streamed_bytes() +
-               fx.experts[id]->down.packed.streamed_bytes();
-  }
-  const size_t shared = fx.shared[0]->gate.packed.streamed_bytes() +
-                        fx.shared[0]->up.packed.streamed_bytes() +
-                        fx.shared[0]->down.packed.streamed_bytes();
-  EXPECT_EQ(layer->last_bytes_read(), sizeof(uint16_t) * fx.router_w.size() + experts + shared);
+  for (int32_t id : layer->ids().first(2)) experts += fx.experts[id]->streamed_bytes();
+  EXPECT_EQ(layer->last_bytes_read(),
+            sizeof(uint16_t) * fx.router_w.size() + experts + fx.shared[0]->streamed_bytes());
 }
 
 // router_logits from BF16 weight bits gives the F32 weights' logits bit for bit: lone tokens and

@@ -72,8 +72,8 @@ static inline simde__m512 fp4moe_emulated_mm512_dpbf16_ps(simde__m512 src, simde
   __builtin_memcpy(wa, &a, sizeof(wa));
   __builtin_memcpy(wb, &b, sizeof(wb));
   for (int i = 0; i < 16; ++i) {
-    acc[i] = fp4moe::kernels::bf16_pair_dot(acc[i], wa[2 * i], wa[2 * i + 1], wb[2 * i],
-                                            wb[2 * i + 1]);
+    acc[i] =
+        fp4moe::kernels::bf16_pair_dot(acc[i], wa[2 * i], wa[2 * i + 1], wb[2 * i], wb[2 * i + 1]);
   }
   return simde_mm512_loadu_ps(acc);
 }
