@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/kernels_cpu.h"
@@ -412,11 +413,145 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
   }
 }
 
+// ---- One token, one tile at a time ------------------------------------------------------------
+// The pair kernel (w4a8_pair) reads four streams at once: two tiles' codes, 16 KiB apart at
+// K = 4096, and their two scale streams. Here a zmm holds 64 consecutive bytes of ONE tile (chunks
+// c and c + 1), so a thread reads one code stream and one scale stream, each contiguous over its
+// whole tile range. On the 2-core Zen 4 the hardware prefetchers keep such a stream far better
+// ahead of a compute-heavy loop: a synthetic loop of this one's density read 28.5 GB/s from DRAM
+// on one thread with one stream (and its side stream), 23.5 with two. Measured on this kernel,
+// one thread, one token, 4096 -> 14336 from DRAM, interleaved with the pair kernel, fraction of the
+// read bandwidth measured between its rounds: MXFP4 0.78-0.82 against 0.68-0.73, NVFP4 0.66-0.77
+// against 0.68-0.71. DeepSeek-V4-Flash's MoE layer at batch 1, 2 threads, in the ~36 GB/s mode:
+// NVFP4 3366-3605 against 3531-3663 us, MXFP4 3039 (a mixed-mode round) against 3422-3437.
+// It costs more work per byte (the block end runs once per 8 rows, not 16): in L2, one thread,
+// MXFP4 32-33 against 37 GB/s, NVFP4 26 against 33. At 2 or 4 tokens the pair kernel measured
+// faster (the block end per token dominates), so this path is one token only. No software
+// prefetch: 4 KiB ahead measured slower here (one thread from DRAM, MXFP4 22.0-23.0 against
+// 25.0-27.0 GB/s; NVFP4 alike).
+//
+// The arithmetic: one vpermb transposes each chunk's 4x4 byte blocks AND interleaves the two
+// chunks, so dword 2r + h holds row r's 4 consecutive k of chunk c + h. Its activation bytes are
+// one qword broadcast from the token's codes reordered once per call (each 16-k group as
+// k 0-3, 8-11, 4-7, 12-15). Per block, one vpdpbusd chain (starting at the block's offset entry in
+// the even dwords), then each row's two dwords are added: the exact int32 block sum of the scalar
+// kernel; then cvt, fl(weight scale * activation scale) and the fma on 8 lanes, as the scalar
+// kernel does, so the bits agree with it.
+inline __m512i tile_interleave_ctrl() {
+  alignas(64) uint8_t c[64];
+  for (int o = 0; o < 64; ++o) {
+    const int r = o / 8, h = (o / 4) % 2, j = o % 4;
+    c[o] = static_cast<uint8_t>(32 * h + fp4_chunk_byte(r, j));
+  }
+  return _mm512_load_si512(c);
+}
+
+// vpermb: out byte o = table[idx[o] & 63]. Inline assembly in the real build (the file is compiled
+// without -mavx512vbmi, see lookup_u); SIMDe's in the emulated one.
+[[gnu::always_inline]] inline __m512i vpermb(__m512i idx, __m512i table) {
+#if defined(__AVX512VNNI__)
+  __m512i out;
+  asm("vpermb %[t], %[i], %[o]" : [o] "=v"(out) : [i] "v"(idx), [t] "v"(table));
+  return out;
+#else
+  return _mm512_permutexvar_epi8(idx, table);
+#endif
+}
+
+// The token's codes, each 16-k group reordered as k 0-3, 8-11, 4-7, 12-15.
+inline void reorder_token(const int8_t* q, int64_t k, int8_t* out) {
+  const __m128i ctrl = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int64_t g = 0; g < k; g += 16) {
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(out + g),
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + g)), ctrl));
+  }
+}
+
+inline __m512i broadcast8(const int8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi64(v);
+}
+
+// One tile's 8 block scales as floats: decode_block_scales on 8 lanes (AVX2 operations, so the
+// emulated build runs them natively).
+template <WeightFormat kFormat>
+inline __m256 tile_block_scales(const uint8_t* s) {
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
+  if constexpr (kFormat == WeightFormat::kNvfp4) {
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
+  } else {
+    const __m256i zero_code = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(_mm256_slli_epi32(c, 23), _mm256_set1_epi32(0x00400000), zero_code));
+  }
+}
+
+// The one token (its reordered codes qr) against tile t over all of K.
+template <WeightFormat kFormat>
+inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivations& x,
+                      const int8_t* qr, float* y) {
+  constexpr int MR = 1;                         // one token (read by the mca.h markers)
+  constexpr int kPairs = kChunks<kFormat> / 2;  // chunk pairs per block: 1 or 2
+  const int64_t k_blocks = w.k / kBlock<kFormat>;
+  const uint8_t* codes = w.codes + t * w.chunks * kChunkBytes;
+  const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
+  const float* act_scales = x.scales;
+  const int32_t* offsets = x.offsets;
+  const __m512i lut = offset_e2m1_x2_lut();
+  const __m512i ctrl = tile_interleave_ctrl();
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k_blocks; ++b) {
+    FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni");
+    __m512i sum = _mm512_maskz_set1_epi32(0x5555, offsets[b]);
+    FP4MOE_UNROLL
+    for (int c = 0; c < kPairs; ++c) {
+      const __m512i v = vpermb(ctrl, _mm512_loadu_si512(codes + (b * kPairs + c) * 64));
+      const int8_t* q = qr + b * kBlock<kFormat> + 16 * c;
+      sum = _mm512_dpbusd_epi32(sum, vpermb(v, lut), broadcast8(q));
+      sum = _mm512_dpbusd_epi32(sum, vpermb(_mm512_srli_epi16(v, 4), lut), broadcast8(q + 8));
+    }
+    const __m256i rows = _mm512_cvtepi64_epi32(_mm512_add_epi32(sum, _mm512_srli_epi64(sum, 32)));
+    const __m256 w_scale = tile_block_scales<kFormat>(scales + b * kTileRows);
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows),
+                            _mm256_mul_ps(w_scale, _mm256_set1_ps(act_scales[b])), total);
+    FP4MOE_MCA_BLOCK_END();
+  }
+  total = _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale * 0.5f));
+  float* out = y + t * kTileRows;
+  const int64_t rows = std::min<int64_t>(kTileRows, w.n - t * kTileRows);
+  if (rows == kTileRows) {
+    _mm256_storeu_ps(out, total);
+  } else {
+    alignas(32) float lanes[kTileRows];
+    _mm256_store_ps(lanes, total);
+    std::memcpy(out, lanes, sizeof(float) * static_cast<size_t>(rows));
+  }
+}
+
+template <WeightFormat kFormat>
+void w4a8_one_token(const PackedMatrix& w, const QuantizedActivations& x, float* y,
+                    int64_t tile_begin, int64_t tile_end) {
+  thread_local std::vector<int8_t> reordered;
+  reordered.resize(static_cast<size_t>(w.k));
+  reorder_token(x.q, w.k, reordered.data());
+  for (int64_t t = tile_begin; t < tile_end; ++t) {
+    w4a8_tile<kFormat>(w, t, x, reordered.data(), y);
+  }
+}
+
 template <WeightFormat kFormat, bool kVbmi>
 void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x, int64_t m,
                            float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   if (m >= kManyTokensMin) {
     w4a8_many<kFormat, kVbmi>(w, x, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
+  // One token: one tile at a time where vpermb is there (VBMI hosts; SIMDe's in the emulated
+  // build); FP4MOE_NO_VBMI runs the pair kernel below on a VBMI host too.
+  if (m == 1 && (kVbmi || !kVbmiBuilt)) {
+    w4a8_one_token<kFormat>(w, x, y, tile_begin, tile_end);
     return;
   }
   // Near-equal groups of at most kFewMr tokens, each decoding the pair once (groups of at most 4
