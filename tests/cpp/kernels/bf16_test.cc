@@ -124,6 +124,39 @@ TEST_P(Bf16KernelTest, MatchesScalarAndFp64OverShapeClasses) {
   }
 }
 
+// Bit for bit against the scalar kernel where the order of the F32 sums shows: N(0, 1) BF16
+// activations each scaled by 2^e, e uniform in [-20, 20], so a block's products span ~40 binades
+// and the chains' additions, the chains' sum and the fma round. (With N(0, 1) activations alone a
+// block's few products mostly sum exactly, and adding the chains in another order can go unseen.)
+TEST_P(Bf16KernelTest, MatchesScalarWhereTheSumsRound) {
+  const auto& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) {
+    GTEST_SKIP() << "host lacks " << kernels::isa_name(kernel.isa);
+  }
+  const auto* scalar = kernels::find_bf16_kernel(kernel.format, kernels::Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  const uint32_t seed =
+      0xBF16A000u + static_cast<uint32_t>(kernel.format) * 16 + static_cast<uint32_t>(kernel.isa);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (const Shape& s : bf16_shapes(kernel.format)) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(s.m) +
+                 " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
+    testing::QuantizedMatrix w = testing::quantize_random(kernel.format, s.n, s.k, rng);
+    const std::vector<float> x = testing::random_activations(s.m, s.k, rng);
+    std::vector<uint16_t> xs(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xs[i] = formats::encode_bf16(std::ldexp(x[i], exponent(rng)));
+    }
+    std::vector<float> got(s.m * s.n), want(s.m * s.n);
+    const int64_t tiles = w.packed.view().n_tiles;
+    kernel.fn(w.packed.view(), xs.data(), s.k, s.m, got.data(), s.n, 0, tiles);
+    scalar->fn(w.packed.view(), xs.data(), s.k, s.m, want.data(), s.n, 0, tiles);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()))
+        << "differs from the scalar BF16 kernel";
+  }
+}
+
 // Sums that are exact in F32 whatever their order: every block of a row has the same amax (its
 // first weight, 8x the row's magnitude), hence one block scale per row; activations are
 // integers / 256 below 1/2 (exact in BF16). Each product is then on a 2^-9 grid below 2^2, a row's

@@ -79,3 +79,8 @@ static inline simde__m512 fp4moe_emulated_mm512_dpbf16_ps(simde__m512 src, simde
 }
 #undef _mm512_dpbf16_ps
 #define _mm512_dpbf16_ps(src, a, b) fp4moe_emulated_mm512_dpbf16_ps((src), (a), (b))
+
+// In-lane permute of F32 lanes by an immediate: shufps of a vector with itself is the same map.
+#ifndef _mm512_permute_ps
+#define _mm512_permute_ps(a, imm8) simde_mm512_shuffle_ps((a), (a), (imm8))
+#endif

@@ -1,5 +1,8 @@
-// Helpers shared by the AVX2 kernel files (gemm_avx2.cc, w4a8_avx2.cc). Only for files compiled
-// with the AVX2 flags: include nothing of this from code that runs before dispatch.
+// Helpers shared by the AVX2 kernel files (gemm_avx2.cc, w4a8_avx2.cc) and by the AVX-512 files'
+// one-tile paths (8 rows on ymm). Only for files compiled with the AVX2 flags or above: include
+// nothing of this from code that runs before dispatch. Internal linkage, as fp4_avx512.h: files
+// compiled with different ISA flags include it, and one shared out-of-line copy could carry one
+// file's instructions into another's callers.
 #pragma once
 
 #include <immintrin.h>
@@ -12,6 +15,7 @@
 #include "kernels/types.h"
 
 namespace fp4moe::kernels::avx2 {
+namespace {
 
 // 2 * e2m1(code) for codes 0..15, signed, repeated in both 128-bit lanes (pshufb is in-lane): the
 // exact path's decode (gemm_avx2.cc) and the W4A8 wide path's signed weights (w4a8_avx2.cc).
@@ -64,4 +68,5 @@ inline void store_rows(float* y, __m256 v, int rows) {
   }
 }
 
+}  // namespace
 }  // namespace fp4moe::kernels::avx2

@@ -12,11 +12,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/avx512/fp4_avx512.h"
+#include "kernels/cpu/avx512/vbmi.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/mca.h"
 #include "kernels/cpu/prefetch.h"
@@ -31,10 +32,12 @@ namespace {
 
 using avx512::decode_block_scales;
 using avx512::Fp4TilePair;
+using avx512::host_has_vbmi;
 using avx512::load_pair;
 using avx512::prefetch_pair_block;
 using avx512::row_mask;
 using avx512::transpose4x4_ctrl;
+using avx512::vpermb;
 
 static_assert(kW4a8CodeOffset == 12, "the table below holds u = 2 * e2m1 + 12");
 
@@ -66,37 +69,16 @@ struct DecodedPair {
 // only the low 6 bits of each index byte from a 64-byte table, and the 16-entry table repeated in
 // each 16-byte lane is such a table, so no mask is needed first: two ALU operations fewer per
 // chunk pair. Measured on the 2-core Zen 4 of stop 27, one token, one thread, 4096 x 256 in L2:
-// NVFP4 29.3 -> 32.4 GB/s, MXFP4 32 -> 36.5. Inline assembly: the file is compiled without
-// -mavx512vbmi (hosts with VNNI and no VBMI, Cascade Lake, run the kVbmi = false instantiation;
-// the entry points choose, host_has_vbmi), and the SIMDe-emulated test build takes the masks.
-#if defined(__AVX512VNNI__)
-constexpr bool kVbmiBuilt = true;
-#else
-constexpr bool kVbmiBuilt = false;  // the SIMDe-emulated test build: its vectors are not registers
-#endif
-
+// NVFP4 29.3 -> 32.4 GB/s, MXFP4 32 -> 36.5. Hosts with VNNI and no VBMI (Cascade Lake) run the
+// kVbmi = false instantiation; the entry points choose (avx512/vbmi.h).
 template <bool kVbmi, bool kHigh>
 [[gnu::always_inline]] inline __m512i lookup_u(__m512i v, __m512i lut) {
   const __m512i idx = kHigh ? _mm512_srli_epi16(v, 4) : v;
   if constexpr (kVbmi) {
-#if defined(__AVX512VNNI__)
-    __m512i u;
-    asm("vpermb %[t], %[i], %[u]" : [u] "=v"(u) : [i] "v"(idx), [t] "v"(lut));
-    return u;
-#else
-    static_assert(!kVbmi, "no vpermb in the SIMDe-emulated build (kVbmiBuilt)");
-#endif
+    return vpermb(idx, lut);
   } else {
     return _mm512_shuffle_epi8(lut, _mm512_and_si512(idx, _mm512_set1_epi8(0x0F)));
   }
-}
-
-// FP4MOE_NO_VBMI (any value) makes a VBMI host run the other instantiation too, so its tests run
-// natively on such a host (tests/cpp/kernels/CMakeLists.txt).
-inline bool host_has_vbmi() {
-  static const bool has =
-      __builtin_cpu_supports("avx512vbmi") && std::getenv("FP4MOE_NO_VBMI") == nullptr;
-  return has;
 }
 
 template <int kN, bool kVbmi, bool kPrefetch = true>
@@ -446,18 +428,6 @@ inline __m512i tile_interleave_ctrl() {
   return _mm512_load_si512(c);
 }
 
-// vpermb: out byte o = table[idx[o] & 63]. Inline assembly in the real build (the file is compiled
-// without -mavx512vbmi, see lookup_u); SIMDe's in the emulated one.
-[[gnu::always_inline]] inline __m512i vpermb(__m512i idx, __m512i table) {
-#if defined(__AVX512VNNI__)
-  __m512i out;
-  asm("vpermb %[t], %[i], %[o]" : [o] "=v"(out) : [i] "v"(idx), [t] "v"(table));
-  return out;
-#else
-  return _mm512_permutexvar_epi8(idx, table);
-#endif
-}
-
 // The token's codes, each 16-k group reordered as k 0-3, 8-11, 4-7, 12-15.
 inline void reorder_token(const int8_t* q, int64_t k, int8_t* out) {
   const __m128i ctrl = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
@@ -474,20 +444,6 @@ inline __m512i broadcast8(const int8_t* p) {
   return _mm512_set1_epi64(v);
 }
 
-// One tile's 8 block scales as floats: decode_block_scales on 8 lanes (AVX2 operations, so the
-// emulated build runs them natively).
-template <WeightFormat kFormat>
-inline __m256 tile_block_scales(const uint8_t* s) {
-  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
-  if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
-  } else {
-    const __m256i zero_code = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
-    return _mm256_castsi256_ps(
-        _mm256_blendv_epi8(_mm256_slli_epi32(c, 23), _mm256_set1_epi32(0x00400000), zero_code));
-  }
-}
-
 // The one token (its reordered codes qr) against tile t over all of K.
 template <WeightFormat kFormat>
 inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivations& x,
@@ -495,8 +451,7 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
   constexpr int MR = 1;                         // one token (read by the mca.h markers)
   constexpr int kPairs = kChunks<kFormat> / 2;  // chunk pairs per block: 1 or 2
   const int64_t k_blocks = w.k / kBlock<kFormat>;
-  const uint8_t* codes = w.codes + t * w.chunks * kChunkBytes;
-  const uint8_t* scales = w.block_scales + t * k_blocks * kTileRows;
+  const avx2::Fp4Tile tile = avx2::fp4_tile_at(w, t);
   const float* act_scales = x.scales;
   const int32_t* offsets = x.offsets;
   const __m512i lut = offset_e2m1_x2_lut();
@@ -507,27 +462,19 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
     __m512i sum = _mm512_maskz_set1_epi32(0x5555, offsets[b]);
     FP4MOE_UNROLL
     for (int c = 0; c < kPairs; ++c) {
-      const __m512i v = vpermb(ctrl, _mm512_loadu_si512(codes + (b * kPairs + c) * 64));
+      const __m512i v = vpermb(ctrl, _mm512_loadu_si512(tile.codes + (b * kPairs + c) * 64));
       const int8_t* q = qr + b * kBlock<kFormat> + 16 * c;
       sum = _mm512_dpbusd_epi32(sum, vpermb(v, lut), broadcast8(q));
       sum = _mm512_dpbusd_epi32(sum, vpermb(_mm512_srli_epi16(v, 4), lut), broadcast8(q + 8));
     }
     const __m256i rows = _mm512_cvtepi64_epi32(_mm512_add_epi32(sum, _mm512_srli_epi64(sum, 32)));
-    const __m256 w_scale = tile_block_scales<kFormat>(scales + b * kTileRows);
+    const __m256 w_scale = avx2::decode_block_scales<kFormat>(tile.scales + b * kTileRows);
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows),
                             _mm256_mul_ps(w_scale, _mm256_set1_ps(act_scales[b])), total);
     FP4MOE_MCA_BLOCK_END();
   }
-  total = _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale * 0.5f));
-  float* out = y + t * kTileRows;
-  const int64_t rows = std::min<int64_t>(kTileRows, w.n - t * kTileRows);
-  if (rows == kTileRows) {
-    _mm256_storeu_ps(out, total);
-  } else {
-    alignas(32) float lanes[kTileRows];
-    _mm256_store_ps(lanes, total);
-    std::memcpy(out, lanes, sizeof(float) * static_cast<size_t>(rows));
-  }
+  avx2::store_rows(y + t * kTileRows, _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale * 0.5f)),
+                   tile.rows);
 }
 
 template <WeightFormat kFormat>
@@ -548,9 +495,8 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
     w4a8_many<kFormat, kVbmi>(w, x, m, y, ldy, tile_begin, tile_end);
     return;
   }
-  // One token: one tile at a time where vpermb is there (VBMI hosts; SIMDe's in the emulated
-  // build); FP4MOE_NO_VBMI runs the pair kernel below on a VBMI host too.
-  if (m == 1 && (kVbmi || !kVbmiBuilt)) {
+  // One token: one tile at a time where vpermb is there.
+  if (kVbmi && m == 1) {
     w4a8_one_token<kFormat>(w, x, y, tile_begin, tile_end);
     return;
   }
@@ -572,16 +518,14 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
   }
 }
 
-// The VBMI instantiation where the host has VBMI (and the build is a real AVX-512 one: in the
-// SIMDe-emulated build the discarded branch is never instantiated).
+// The VBMI instantiation where the host has VBMI (always in the SIMDe-emulated build, whose
+// vpermb is SIMDe's; FP4MOE_NO_VBMI turns it off there too).
 template <WeightFormat kFormat>
 void w4a8_gemm_vnni_entry(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
                           int64_t ldy, int64_t tile_begin, int64_t tile_end) {
-  if constexpr (kVbmiBuilt) {
-    if (host_has_vbmi()) {
-      w4a8_gemm_avx512_vnni<kFormat, true>(w, x, m, y, ldy, tile_begin, tile_end);
-      return;
-    }
+  if (host_has_vbmi()) {
+    w4a8_gemm_avx512_vnni<kFormat, true>(w, x, m, y, ldy, tile_begin, tile_end);
+    return;
   }
   w4a8_gemm_avx512_vnni<kFormat, false>(w, x, m, y, ldy, tile_begin, tile_end);
 }
