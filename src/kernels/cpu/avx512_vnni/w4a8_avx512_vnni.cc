@@ -403,7 +403,7 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 // ahead of a compute-heavy loop: a synthetic loop of this one's density read 28.5 GB/s from DRAM
 // on one thread with one stream (and its side stream), 23.5 with two. Measured on this kernel,
 // one thread, one token, 4096 -> 14336 from DRAM, interleaved with the pair kernel, fraction of the
-// read bandwidth measured between its rounds: MXFP4 0.78-0.82 against 0.68-0.73, NVFP4 0.66-0.77
+// read bandwidth measured between its rounds: MXFP4 0.78-0.82 against 0.68-0.73, NVFP4 0.65-0.77
 // against 0.68-0.71. DeepSeek-V4-Flash's MoE layer at batch 1, 2 threads, in the ~36 GB/s mode:
 // NVFP4 3366-3605 against 3531-3663 us, MXFP4 3039 (a mixed-mode round) against 3422-3437.
 // It costs more work per byte (the block end runs once per 8 rows, not 16): in L2, one thread,
