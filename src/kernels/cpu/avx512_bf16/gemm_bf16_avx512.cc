@@ -134,16 +134,20 @@ inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_
 // 18.4-18.7 GB/s, NVFP4 17.7-18.2 against 18.0-18.4. More work per byte (in L2, one thread: MXFP4
 // 21.6 against 23.6 GB/s, NVFP4 18.9 against 22.9), so one token only. Software prefetch 4 KiB
 // ahead measured alike (within noise), and is left out as in the W4A8 one-tile path.
-inline __m512i tile_word_ctrl(int chunk_half) {
-  alignas(64) uint8_t c[64];
+// The vpermb controls for the low (chunk_half 0) and high 32 bytes of a 64-byte load, computed at
+// compile time (they are loaded once per tile).
+constexpr std::array<uint8_t, 64> tile_word_table(int chunk_half) {
+  std::array<uint8_t, 64> c{};
   for (int w = 0; w < 32; ++w) {
     const int d = w / 2, p = w % 2, r = d / 2, q = d % 2;
     const auto byte = static_cast<uint8_t>(32 * chunk_half + fp4_chunk_byte(r, 2 * q + p));
     c[2 * w] = byte;
     c[2 * w + 1] = byte;  // any byte: vpermw reads bits 0-4, and bit 4 is a don't-care (table)
   }
-  return _mm512_load_si512(c);
+  return c;
 }
+alignas(64) constexpr std::array<uint8_t, 64> kTileWordLo = tile_word_table(0);
+alignas(64) constexpr std::array<uint8_t, 64> kTileWordHi = tile_word_table(1);
 
 [[gnu::always_inline]] inline __m512bh qword_broadcast(const uint16_t* xk) {
   int64_t v;
@@ -158,7 +162,8 @@ inline void bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* x, float
   const int64_t k_blocks = w.chunks / kChunksPerBlock;
   const avx2::Fp4Tile tile = avx2::fp4_tile_at(w, t);
   const __m512i lut = _mm512_load_si512(kE2m1Bf16.data());
-  const __m512i ctrl[2] = {tile_word_ctrl(0), tile_word_ctrl(1)};
+  const __m512i ctrl[2] = {_mm512_load_si512(kTileWordLo.data()),
+                           _mm512_load_si512(kTileWordHi.data())};
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -419,14 +420,16 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 // the even dwords), then each row's two dwords are added: the exact int32 block sum of the scalar
 // kernel; then cvt, fl(weight scale * activation scale) and the fma on 8 lanes, as the scalar
 // kernel does, so the bits agree with it.
-inline __m512i tile_interleave_ctrl() {
-  alignas(64) uint8_t c[64];
+// The vpermb control, computed at compile time (it is loaded once per tile).
+constexpr std::array<uint8_t, 64> tile_interleave_table() {
+  std::array<uint8_t, 64> c{};
   for (int o = 0; o < 64; ++o) {
     const int r = o / 8, h = (o / 4) % 2, j = o % 4;
     c[o] = static_cast<uint8_t>(32 * h + fp4_chunk_byte(r, j));
   }
-  return _mm512_load_si512(c);
+  return c;
 }
+alignas(64) constexpr std::array<uint8_t, 64> kTileInterleave = tile_interleave_table();
 
 // The token's codes, each 16-k group reordered as k 0-3, 8-11, 4-7, 12-15.
 inline void reorder_token(const int8_t* q, int64_t k, int8_t* out) {
@@ -455,7 +458,7 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
   const float* act_scales = x.scales;
   const int32_t* offsets = x.offsets;
   const __m512i lut = offset_e2m1_x2_lut();
-  const __m512i ctrl = tile_interleave_ctrl();
+  const __m512i ctrl = _mm512_load_si512(kTileInterleave.data());
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni");
@@ -496,9 +499,11 @@ void w4a8_gemm_avx512_vnni(const PackedMatrix& w, const QuantizedActivations& x,
     return;
   }
   // One token: one tile at a time where vpermb is there.
-  if (kVbmi && m == 1) {
-    w4a8_one_token<kFormat>(w, x, y, tile_begin, tile_end);
-    return;
+  if constexpr (kVbmi) {
+    if (m == 1) {
+      w4a8_one_token<kFormat>(w, x, y, tile_begin, tile_end);
+      return;
+    }
   }
   // Near-equal groups of at most kFewMr tokens, each decoding the pair once (groups of at most 4
   // decoded twice at M = 5 or 6, three times at 10; 2-core Zen 4, 4096 x 2048 from DRAM, GFLOP/s
