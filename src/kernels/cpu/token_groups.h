@@ -27,12 +27,15 @@ template <int kMaxMr, class Fn>
 
 // Calls fn(std::integral_constant<int, MR>{}) for a runtime token count mr in [1, kMaxMr], so a
 // driver that sizes its own groups (evenly, say) still runs a compile-time register block.
-template <int kMaxMr, class Fn>
+// A driver whose groups are never smaller than kMinMr passes it, so that only the register
+// blocks it runs are instantiated (and compiled: the SIMDe-emulated build pays for each one).
+template <int kMaxMr, int kMinMr = 1, class Fn>
 [[gnu::always_inline]] inline void with_mr(int64_t mr, Fn&& fn) {
+  static_assert(1 <= kMinMr && kMinMr <= kMaxMr);
   [&]<int... kMr>(std::integer_sequence<int, kMr...>) {
-    ((mr == kMr + 1 ? fn(std::integral_constant<int, kMr + 1>{}) : void()), ...);
+    ((mr == kMr + kMinMr ? fn(std::integral_constant<int, kMr + kMinMr>{}) : void()), ...);
   }
-  (std::make_integer_sequence<int, kMaxMr>{});
+  (std::make_integer_sequence<int, kMaxMr - kMinMr + 1>{});
 }
 
 }  // namespace fp4moe::kernels

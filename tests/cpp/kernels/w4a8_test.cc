@@ -307,6 +307,78 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
   }
 }
 
+// Scales at the edges: the VNNI kernel's MXFP4 many-token path adds exponents instead of
+// multiplying the scales where every product stays a normal float, and multiplies elsewhere
+// (w4a8_avx512_vnni.cc: weight scales within 2^+-27, activation scales within 2^+-96 or zero; the
+// choice is made per slice of 4 tiles). So the weights are 5 sets of 4 tiles, each set with one
+// kind of block scale code in every third block: set 0 the quantizer's own; set 1 the edges inside
+// (MXFP4 E8M0 100 and 154); set 2 just outside (99, 155); set 3 the subnormal 2^-127 (code 0);
+// set 4 2^127 (254), whose products overflow. NVFP4 (whose kernels take no such path) gets E4M3
+// 0, 1, 0x7E and 0x08 in the same places. Activation blocks are scaled by 2^e, with zero blocks
+// among them; in variant 1 token 5's blocks have scales outside the range (subnormal, or above
+// 2^96), so its pass (the first of two at M = 97) multiplies throughout. Every output must match
+// the scalar kernel bit for bit.
+TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
+  const auto& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  if (kernel.format != WeightFormat::kNvfp4 && kernel.format != WeightFormat::kMxfp4) GTEST_SKIP();
+  const bool mx = kernel.format == WeightFormat::kMxfp4;
+  const int block = kernels::weight_format_k_block(kernel.format);
+  const auto* scalar = kernels::find_w4a8_kernel(kernel.format, kernels::Isa::kScalar);
+  const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
+  const uint32_t seed = 0xED6E5u + static_cast<uint32_t>(kernel.isa);
+  std::mt19937 rng(seed);
+  const std::vector<std::vector<uint8_t>> set_codes =
+      mx ? std::vector<std::vector<uint8_t>>{{}, {100, 154}, {99, 155}, {0}, {254}}
+         : std::vector<std::vector<uint8_t>>{{}, {0x7E}, {1}, {0}, {0x08}};
+  // Activation exponents: scales (amax / 127) within 2^+-96 ...
+  const std::vector<int> inside = {-88, -60, -20, 0, 20, 60, 88};
+  // ... and outside (below 2^-96, subnormal, or above 2^96).
+  const std::vector<int> outside = {-130, -110, -92, 98, 110};
+  const int64_t tiles = 4 * static_cast<int64_t>(set_codes.size());
+  const int64_t n = tiles * kernels::kTileRows, k = 24 * block, blocks = k / block;
+  testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
+  for (int64_t r = 0; r < n; ++r) {
+    const std::vector<uint8_t>& codes = set_codes[r / (4 * kernels::kTileRows)];
+    for (int64_t b = 0; b < blocks && !codes.empty(); b += 3) {
+      w.scale_codes[r * blocks + b] = codes[(r + b) % codes.size()];
+    }
+  }
+  auto packed = mx ? pack::pack_mxfp4("w", w.codes, w.scale_codes, n, k)
+                   : pack::pack_nvfp4("w", w.codes, w.scale_codes, w.tensor_scale, n, k);
+  ASSERT_TRUE(packed.ok()) << packed.error().message;
+  const kernels::PackedMatrix pw = packed->view();
+  for (int64_t m : {13, 40, 97}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(m) + " variant " +
+                   std::to_string(variant));
+      std::vector<float> x = testing::random_activations(m, k, rng);
+      std::uniform_int_distribution<size_t> pick(0, inside.size() - 1);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          float* xb = x.data() + i * k + b * block;
+          const int e = variant == 1 && i == 5 ? outside[static_cast<size_t>(b) % outside.size()]
+                                               : inside[pick(rng)];
+          for (int j = 0; j < block; ++j) xb[j] = (i + b) % 5 == 1 ? 0.0f : std::ldexp(xb[j], e);
+        }
+      }
+      const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
+      const kernels::QuantizedActivations view = xq.view(k, block);
+      std::vector<float> got(m * n, std::nanf("")), want(m * n, std::nanf(""));
+      kernel.fn(pw, view, m, got.data(), n, 0, tiles);
+      scalar->fn(pw, view, m, want.data(), n, 0, tiles);
+      int reported = 0;
+      for (int64_t o = 0; o < m * n && reported < 5; ++o) {
+        if (std::memcmp(&got[o], &want[o], sizeof(float)) != 0) {
+          ADD_FAILURE() << "y[" << o / n << ", " << o % n << "] = " << got[o] << ", scalar "
+                        << want[o];
+          ++reported;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, W4A8KernelTest,
                          ::testing::ValuesIn(kernels::all_w4a8_kernels().begin(),
                                              kernels::all_w4a8_kernels().end()),
