@@ -315,9 +315,10 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
 // (MXFP4 E8M0 100 and 154); set 2 just outside (99, 155); set 3 the subnormal 2^-127 (code 0);
 // set 4 2^127 (254), whose products overflow. NVFP4 (whose kernels take no such path) gets E4M3
 // 0, 1, 0x7E and 0x08 in the same places. Activation blocks are scaled by 2^e, with zero blocks
-// among them; in variant 1 token 5's blocks have scales outside the range (subnormal, or above
-// 2^96), so its pass (the first of two at M = 97) multiplies throughout. Every output must match
-// the scalar kernel bit for bit.
+// among them; in variant 1 token 5's blocks (the last token's below M = 6) have scales outside
+// the range (subnormal, or above 2^96), so its pass (the first of two at M = 97) multiplies
+// throughout. Every output must match the scalar kernel bit for bit (M = 1 and 5 run the other
+// paths at the same edges).
 TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
   const auto& kernel = GetParam();
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
@@ -348,7 +349,8 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
                    : pack::pack_nvfp4("w", w.codes, w.scale_codes, w.tensor_scale, n, k);
   ASSERT_TRUE(packed.ok()) << packed.error().message;
   const kernels::PackedMatrix pw = packed->view();
-  for (int64_t m : {13, 40, 97}) {
+  // M = 1: the one-token paths; 5: the few-token ones; 13, 40, 97: the many-token one.
+  for (int64_t m : {1, 5, 13, 40, 97}) {
     for (int variant = 0; variant < 2; ++variant) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(m) + " variant " +
                    std::to_string(variant));
@@ -357,8 +359,8 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t b = 0; b < blocks; ++b) {
           float* xb = x.data() + i * k + b * block;
-          const int e = variant == 1 && i == 5 ? outside[static_cast<size_t>(b) % outside.size()]
-                                               : inside[pick(rng)];
+          const bool out = variant == 1 && i == std::min<int64_t>(5, m - 1);
+          const int e = out ? outside[static_cast<size_t>(b) % outside.size()] : inside[pick(rng)];
           for (int j = 0; j < block; ++j) xb[j] = (i + b) % 5 == 1 ? 0.0f : std::ldexp(xb[j], e);
         }
       }
