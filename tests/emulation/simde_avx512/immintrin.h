@@ -46,6 +46,51 @@ static inline simde__m512 fp4moe_emulated_mm512_cvtepi32_ps(simde__m512i v) {
 #define _mm512_cvtepi32_ps(a) fp4moe_emulated_mm512_cvtepi32_ps(a)
 #endif
 
+// F32 -> int32 in the current rounding mode (nearest-even), as two AVX conversions.
+static inline simde__m512i fp4moe_emulated_mm512_cvtps_epi32(simde__m512 v) {
+  return simde_mm512_inserti64x4(
+      simde_mm512_castsi256_si512(_mm256_cvtps_epi32(
+          _mm256_castsi256_ps(simde_mm512_extracti64x4_epi64(simde_mm512_castps_si512(v), 0)))),
+      _mm256_cvtps_epi32(
+          _mm256_castsi256_ps(simde_mm512_extracti64x4_epi64(simde_mm512_castps_si512(v), 1))),
+      1);
+}
+#ifndef _mm512_cvtps_epi32
+#define _mm512_cvtps_epi32(a) fp4moe_emulated_mm512_cvtps_epi32(a)
+#endif
+
+// int32 -> int8 by truncation (vpmovdb), and the horizontal max / sum of 16 int32 lanes.
+static inline __m128i fp4moe_emulated_mm512_cvtepi32_epi8(simde__m512i v) {
+  int32_t lanes[16];
+  signed char bytes[16];
+  simde_mm512_storeu_si512(lanes, v);
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<signed char>(lanes[i] & 0xFF);
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+}
+#ifndef _mm512_cvtepi32_epi8
+#define _mm512_cvtepi32_epi8(a) fp4moe_emulated_mm512_cvtepi32_epi8(a)
+#endif
+static inline int32_t fp4moe_emulated_mm512_reduce_max_epi32(simde__m512i v) {
+  int32_t lanes[16];
+  simde_mm512_storeu_si512(lanes, v);
+  int32_t r = lanes[0];
+  for (int i = 1; i < 16; ++i) r = lanes[i] > r ? lanes[i] : r;
+  return r;
+}
+#ifndef _mm512_reduce_max_epi32
+#define _mm512_reduce_max_epi32(a) fp4moe_emulated_mm512_reduce_max_epi32(a)
+#endif
+static inline int32_t fp4moe_emulated_mm512_reduce_add_epi32(simde__m512i v) {
+  int32_t lanes[16];
+  simde_mm512_storeu_si512(lanes, v);
+  uint32_t r = 0;  // wraps as vpaddd does
+  for (int i = 0; i < 16; ++i) r += static_cast<uint32_t>(lanes[i]);
+  return static_cast<int32_t>(r);
+}
+#ifndef _mm512_reduce_add_epi32
+#define _mm512_reduce_add_epi32(a) fp4moe_emulated_mm512_reduce_add_epi32(a)
+#endif
+
 // masked unaligned store of F32 lanes (lanes whose bit is clear untouched).
 static inline void fp4moe_emulated_mm512_mask_storeu_ps(void* dst, simde__mmask16 mask,
                                                         simde__m512 v) {
