@@ -127,6 +127,9 @@ using GemmBf16Kernel = void (*)(const PackedMatrix& w, const uint16_t* x, int64_
 // block's `offsets` entry, -kW4a8CodeOffset * sum(q), is sum((2 * e2m1) * q) exactly, and a kernel
 // starts its int32 sum at that entry (a broadcast load, nothing computed per token).
 inline constexpr int32_t kW4a8CodeOffset = 12;
+// Every activation quantizer pre-scales a block whose amax is below this by 2^64 (exact), so
+// 127 / amax stays finite.
+inline constexpr float kW4a8TinyAmax = 0x1p-64f;
 struct QuantizedActivations {
   const int8_t* q;         // [m, k] codes, row stride ldq
   const float* scales;     // [m, k / block] F32 scales, row stride lds

@@ -454,7 +454,7 @@ void quantize_activations_int8_avx2(const float* x, int64_t ldx, int64_t m, int6
         continue;
       }
       // As the scalar quantizer: tiny blocks are pre-scaled by 2^64 so 127 / amax stays finite.
-      const float pre_f = amax_f < 0x1p-64f ? 0x1p64f : 1.0f;
+      const float pre_f = amax_f < kW4a8TinyAmax ? 0x1p64f : 1.0f;
       const __m256 pre = _mm256_set1_ps(pre_f);
       const __m256 inv = _mm256_set1_ps(127.0f / (amax_f * pre_f));
       __m256i total = _mm256_setzero_si256();

@@ -7,8 +7,9 @@
 // |x| bit patterns (non-negative floats order as integers, and Inf / NaN above every finite one)
 // and their code sums are reduced by a transpose tree (16 vectors -> one vector of 16 results in
 // 15 combining steps of two vpermt2d and one max / add), and the 16 divisions are two vdivps. A
-// row's last blocks that do not fill 16 go one at a time. Measured on the 2-core Zen 4 (stop 30):
-// see the kernel list's activation-quantizer row.
+// row's last blocks that do not fill 16 go one at a time. Measured on the 2-core Zen 4 (perf, a
+// 256-token NVFP4 product 4096 -> 2048, 2 threads): quantizing took 3.3% of it against the AVX2
+// quantizer's 3.9%, its time then on the loads of x (4 MiB, from L3 or DRAM).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -24,7 +25,6 @@ namespace {
 // arrays on the stack; see gemm_avx2.cc).
 #define FP4MOE_UNROLL _Pragma("GCC unroll 16")
 
-constexpr float kTinyAmax = 0x1p-64f;  // as the scalar quantizer: pre-scale by 2^64 below this
 constexpr int32_t kMaxFiniteBits = 0x7F7FFFFF;
 constexpr int kGroup = 16;  // blocks reduced together
 
@@ -79,7 +79,7 @@ inline void quantize_group(const float* xr, int8_t* qr, float* sr, int32_t* orow
   const __mmask16 nonzero = _mm512_test_epi32_mask(amax_bits, amax_bits);
   const __mmask16 ok = finite & nonzero;
   const __m512 amax = _mm512_castsi512_ps(amax_bits);
-  const __mmask16 tiny = _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kTinyAmax), _CMP_LT_OQ);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kW4a8TinyAmax), _CMP_LT_OQ);
   const __m512 pre = _mm512_mask_blend_ps(tiny, _mm512_set1_ps(1.0f), _mm512_set1_ps(0x1p64f));
   alignas(64) float pre_s[kGroup], inv_s[kGroup];
   _mm512_store_ps(pre_s, pre);
@@ -125,7 +125,7 @@ inline void quantize_block(const float* xb, int8_t* qb, float* scale, int32_t* o
     std::memset(qb, 0, kBlock);
     return;
   }
-  const float pre_f = amax_f < kTinyAmax ? 0x1p64f : 1.0f;
+  const float pre_f = amax_f < kW4a8TinyAmax ? 0x1p64f : 1.0f;
   const __m512 pre = _mm512_set1_ps(pre_f), inv = _mm512_set1_ps(127.0f / (amax_f * pre_f));
   __m512i sum = _mm512_setzero_si512();
   FP4MOE_UNROLL

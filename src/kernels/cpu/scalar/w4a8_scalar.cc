@@ -14,7 +14,6 @@ namespace fp4moe::kernels {
 namespace {
 
 // 2 * e2m1(code): integers in [-12, 12], so weight x activation products are exact in int32.
-constexpr float kTinyAmax = 0x1p-64f;  // below this the quantizer pre-scales by 2^64
 
 constexpr int8_t kE2m1Times2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
@@ -94,7 +93,7 @@ void quantize_activations_int8_scalar(const float* x, int64_t ldx, int64_t m, in
         continue;
       }
       // 127 / amax overflows for amax below ~2^-122: such blocks are first scaled by 2^64 (exact).
-      const float pre = amax < kTinyAmax ? 0x1p64f : 1.0f;
+      const float pre = amax < kW4a8TinyAmax ? 0x1p64f : 1.0f;
       const float inv = 127.0f / (amax * pre);
       int32_t total = 0;
       for (int j = 0; j < block; ++j) {
