@@ -318,7 +318,10 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
 // among them; in variant 1 token 5's blocks (the last token's below M = 6) have scales outside
 // the range (subnormal, or above 2^96), so its pass (the first of two at M = 97) multiplies
 // throughout. Every output must match the scalar kernel bit for bit (M = 1 and 5 run the other
-// paths at the same edges).
+// paths at the same edges). At M = 1 two more variants check the VNNI one-token path's NVFP4
+// pre-scaled activation scales (a * 2^120, taken where every scale is below 2^8): in variant 2
+// every scale is below 2^8, one of them 255.9 (a * 2^120 just under FLT_MAX); variant 3 adds one
+// of 300, so the call must multiply as the scalar kernel does (pre-scaled, it would overflow).
 TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
   const auto& kernel = GetParam();
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
@@ -336,6 +339,8 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
   const std::vector<int> inside = {-88, -60, -20, 0, 20, 60, 88};
   // ... and outside (below 2^-96, subnormal, or above 2^96).
   const std::vector<int> outside = {-130, -110, -92, 98, 110};
+  // M = 1's variants 2 and 3: scales (of N(0, 1) blocks) far below 2^8.
+  const std::vector<int> small = {-40, -10, 0, 10};
   const int64_t tiles = 4 * static_cast<int64_t>(set_codes.size());
   const int64_t n = tiles * kernels::kTileRows, k = 24 * block, blocks = k / block;
   testing::QuantizedMatrix w = testing::quantize_random(kernel.format, n, k, rng);
@@ -351,7 +356,7 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
   const kernels::PackedMatrix pw = packed->view();
   // M = 1: the one-token paths; 5: the few-token ones; 13, 40, 97: the many-token one.
   for (int64_t m : {1, 5, 13, 40, 97}) {
-    for (int variant = 0; variant < 2; ++variant) {
+    for (int variant = 0; variant < (m == 1 ? 4 : 2); ++variant) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " M=" + std::to_string(m) + " variant " +
                    std::to_string(variant));
       std::vector<float> x = testing::random_activations(m, k, rng);
@@ -360,9 +365,14 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
         for (int64_t b = 0; b < blocks; ++b) {
           float* xb = x.data() + i * k + b * block;
           const bool out = variant == 1 && i == std::min<int64_t>(5, m - 1);
-          const int e = out ? outside[static_cast<size_t>(b) % outside.size()] : inside[pick(rng)];
+          int e = out ? outside[static_cast<size_t>(b) % outside.size()] : inside[pick(rng)];
+          if (variant >= 2) e = small[static_cast<size_t>(b) % small.size()];
           for (int j = 0; j < block; ++j) xb[j] = (i + b) % 5 == 1 ? 0.0f : std::ldexp(xb[j], e);
         }
+      }
+      if (variant >= 2) {
+        x[7 * block] = 127.0f * 255.9f;                         // scale 255.9
+        if (variant == 3) x[9 * block + 1] = -127.0f * 300.0f;  // scale 300
       }
       const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
       const kernels::QuantizedActivations view = xq.view(k, block);

@@ -29,12 +29,19 @@ inline __m256i e2m1_x2_lut() {
 // E4M3's subnormals exact too. E8M0 -> F32: code << 23 is 2^(code - 127) for codes 1..254; code
 // 0 is 2^-127, the F32 subnormal 0x00400000, OR-ed in where the code is 0 (pack/ rejects the NaN
 // code 0xFF).
+// The UE4M3 codes' bits shifted into place, before the times 2^120.
+inline __m256 nvfp4_scale_bits(const uint8_t* codes) {
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(c, 20));
+}
+
 template <WeightFormat kFormat>
 inline __m256 decode_block_scales(const uint8_t* codes) {
-  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
   if constexpr (kFormat == WeightFormat::kNvfp4) {
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c, 20)), _mm256_set1_ps(0x1p120f));
+    return _mm256_mul_ps(nvfp4_scale_bits(codes), _mm256_set1_ps(0x1p120f));
   } else {
+    const __m256i c =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
     const __m256i zero_code = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
     return _mm256_castsi256_ps(_mm256_or_si256(
         _mm256_slli_epi32(c, 23), _mm256_and_si256(zero_code, _mm256_set1_epi32(0x00400000))));
