@@ -186,6 +186,61 @@ TEST_P(Mxfp4KernelTest, E8m0ScaleCodeZeroIsTwoToTheMinus127) {
   }
 }
 
+// The FP8 block-128 kernels only.
+class Fp8KernelTest : public ::testing::TestWithParam<KernelInfo> {};
+
+// Every finite E4M3 code (subnormals, both zeros, the largest) in every row, and tokens up to and
+// past 2^16: the AVX-512 kernel's VBMI path at 1-4 tokens builds each weight's F32 bits from its
+// code (times 2^-120) and runs on the tokens times 2^112, which it takes only where every |x| is
+// below 2^16 (gemm_avx512.cc); above that it must fall back, not overflow. N = 24 (a tile pair and
+// a lone tile), K = 261 (two 128-k scale blocks and a partial chunk).
+TEST_P(Fp8KernelTest, EveryCodeAndTokensAroundTwoToThe16) {
+  const KernelInfo& kernel = GetParam();
+  ASSERT_EQ(kernel.format, WeightFormat::kFp8Block128);
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const uint32_t seed = 0xF8C0DEu + static_cast<uint32_t>(kernel.isa);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t n = 24, k = 261;
+  std::vector<uint8_t> codes(n * k);
+  for (int64_t i = 0; i < n * k; ++i) {
+    uint8_t c = static_cast<uint8_t>((i * 37 + i / k) % 256);
+    if ((c & 0x7F) == 0x7F) c ^= 1;  // 0x7F / 0xFF are NaN
+    codes[i] = c;
+  }
+  std::vector<float> scales(formats::fp8_block_scale_count(n, k));
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = std::ldexp(1.5f, static_cast<int>(i) - 9);
+  std::vector<float> dequantized(n * k);
+  ASSERT_TRUE(formats::dequantize_fp8_block128("w", codes, scales, n, k, dequantized).ok());
+  auto packed = pack::pack_fp8_block128("w", codes, scales, n, k);
+  ASSERT_TRUE(packed.ok());
+  for (int64_t m : {1, 2, 3, 4}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " variant " + std::to_string(variant));
+      std::vector<float> x = testing::random_activations(m, k, rng);
+      // 1: magnitudes up to just below 2^16; 2: one token element at 2^16 exactly.
+      if (variant >= 1) {
+        for (int64_t i = 0; i < m * k; i += 7) x[i] = std::ldexp(x[i], 12);
+        x[(m - 1) * k + 3] = -65535.996f;
+      }
+      if (variant == 2) x[(m - 1) * k + 200] = 65536.0f;
+      std::vector<double> want(m * n), abs_sum(m * n);
+      kernels::ref::gemm_f64(dequantized.data(), n, k, x.data(), m, want.data(), abs_sum.data());
+      std::vector<float> y(m * n, std::nanf(""));
+      kernel.fn(packed->view(), x.data(), k, m, y.data(), n, 0, packed->view().n_tiles);
+      int failures = 0;
+      for (int64_t o = 0; o < m * n && failures < 5; ++o) {
+        const double bound = fp32_sum_tolerance(k) * abs_sum[o] + 1e-30;
+        if (!(std::fabs(y[o] - want[o]) <= bound)) {
+          ADD_FAILURE() << "y[" << o / n << ", " << o % n << "] = " << y[o] << ", want " << want[o]
+                        << " +- " << bound;
+          ++failures;
+        }
+      }
+    }
+  }
+}
+
 std::string kernel_name(const ::testing::TestParamInfo<KernelInfo>& info) {
   return std::string(info.param.name);
 }
@@ -205,6 +260,8 @@ std::vector<KernelInfo> kernels_of(WeightFormat format) {
 
 INSTANTIATE_TEST_SUITE_P(Mxfp4Kernels, Mxfp4KernelTest,
                          ::testing::ValuesIn(kernels_of(WeightFormat::kMxfp4)), kernel_name);
+INSTANTIATE_TEST_SUITE_P(Fp8Kernels, Fp8KernelTest,
+                         ::testing::ValuesIn(kernels_of(WeightFormat::kFp8Block128)), kernel_name);
 
 }  // namespace
 }  // namespace fp4moe

@@ -1,6 +1,6 @@
-// AVX512-VBMI's vpermb for the AVX-512 kernel files that are compiled without -mavx512vbmi
-// (their ISA levels, registry.h, do not require VBMI: Cascade Lake and Cooper Lake have VNNI, and
-// Cooper Lake BF16, without it), so each chooses at run time: host_has_vbmi().
+// AVX512-VBMI's vpermb and vpermt2b for the AVX-512 kernel files that are compiled without
+// -mavx512vbmi (their ISA levels, registry.h, do not require VBMI: Cascade Lake and Cooper Lake
+// have VNNI, and Cooper Lake BF16, without it), so each chooses at run time: host_has_vbmi().
 //
 // Internal linkage, as fp4_avx512.h: the including files are compiled with different ISA flags.
 #pragma once
@@ -28,6 +28,20 @@ constexpr bool kVbmiAsm = false;
   return out;
 #else
   return _mm512_permutexvar_epi8(idx, table);
+#endif
+}
+
+// out byte o = 0 where mask bit o is clear, else (idx[o] & 64 ? hi : lo)[idx[o] & 63] (vpermt2b,
+// zero-masked).
+[[gnu::always_inline]] inline __m512i vpermt2b_maskz(__mmask64 mask, __m512i lo, __m512i idx,
+                                                     __m512i hi) {
+#if defined(__AVX512BW__)
+  asm("vpermt2b %[h], %[i], %[o]%{%[k]%}%{z%}"
+      : [o] "+v"(lo)
+      : [i] "v"(idx), [h] "v"(hi), [k] "Yk"(mask));
+  return lo;
+#else
+  return _mm512_maskz_permutex2var_epi8(mask, lo, idx, hi);
 #endif
 }
 

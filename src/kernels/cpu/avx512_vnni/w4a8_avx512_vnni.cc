@@ -608,9 +608,9 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
 // every scale is in that range (NaN is not).
 inline bool prescale_nvfp4(const float* scales, int64_t blocks, std::vector<float>& out) {
   out.resize(static_cast<size_t>(blocks));
-  bool in_range = true;
+  bool in_range = true;  // no short-circuit: a branch per scale made a 256-long dependency chain
   for (int64_t b = 0; b < blocks; ++b) {
-    in_range = in_range && scales[b] < 0x1p8f;
+    in_range &= scales[b] < 0x1p8f;
     out[static_cast<size_t>(b)] = scales[b] * 0x1p120f;
   }
   return in_range;
