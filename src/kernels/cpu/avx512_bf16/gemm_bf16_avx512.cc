@@ -133,7 +133,9 @@ inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_
 // 0.87-0.89 (NVFP4 968-986 against 1037-1069 us); one thread MXFP4 19.7-20.0 against
 // 18.4-18.7 GB/s, NVFP4 17.7-18.2 against 18.0-18.4. More work per byte (in L2, one thread: MXFP4
 // 21.6 against 23.6 GB/s, NVFP4 18.9 against 22.9), so one token only. Software prefetch 4 KiB
-// ahead measured alike (within noise), and is left out as in the W4A8 one-tile path.
+// ahead measured alike (within noise), and is left out as in the W4A8 one-tile path. (Those
+// figures predate the software pipelining in bf16_tile, which took one thread, one token,
+// 4096 -> 256 in L2 from NVFP4 ~18 to ~20 GB/s and MXFP4 ~20 to ~22.5, interleaved runs.)
 // The vpermb controls for the low (chunk_half 0) and high 32 bytes of a 64-byte load, computed at
 // compile time (they are loaded once per tile).
 constexpr std::array<uint8_t, 64> tile_word_table(int chunk_half) {
@@ -165,30 +167,73 @@ inline void bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* x, float
   const __m512i ctrl[2] = {_mm512_load_si512(kTileWordLo.data()),
                            _mm512_load_si512(kTileWordHi.data())};
   __m256 total = _mm256_setzero_ps();
-  for (int64_t b = 0; b < k_blocks; ++b) {
-    FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");
-    __m512 c01 = _mm512_setzero_ps(), c23 = _mm512_setzero_ps();
-    for (int c2 = 0; c2 < kChunksPerBlock; c2 += 2) {
-      const int64_t chunk = b * kChunksPerBlock + c2;
+  struct Chains {
+    __m512 c01, c23;
+  };
+  constexpr int kChunkPairs = kChunksPerBlock / 2;
+  // Block b's weights as BF16 pairs: [chunk pair][half] for chains 0-1 and 2-3.
+  struct Weights {
+    __m512i w01[kChunkPairs][2], w23[kChunkPairs][2];
+  };
+  const auto decode = [&](int64_t b) {
+    Weights wt;
+    for (int cp = 0; cp < kChunkPairs; ++cp) {
+      const int64_t chunk = b * kChunksPerBlock + 2 * cp;
       const __m512i raw = _mm512_loadu_si512(tile.codes + chunk * kChunkBytes);
       for (int h = 0; h < 2; ++h) {
         const __m512i idx = avx512::vpermb(ctrl[h], raw);
-        const uint16_t* xk = x + (chunk + h) * kFp4ChunkK;
-        c01 = _mm512_dpbf16_ps(c01, (__m512bh)_mm512_permutexvar_epi16(idx, lut),
-                               qword_broadcast(xk));
-        c23 = _mm512_dpbf16_ps(c23,
-                               (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(idx, 4), lut),
-                               qword_broadcast(xk + 4));
+        wt.w01[cp][h] = _mm512_permutexvar_epi16(idx, lut);
+        wt.w23[cp][h] = _mm512_permutexvar_epi16(_mm512_srli_epi16(idx, 4), lut);
       }
     }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c01, _mm512_permute_ps(c01, 0xB1)),
-                                     _mm512_add_ps(c23, _mm512_permute_ps(c23, 0xB1)));
+    return wt;
+  };
+  // Block b's chains: each row's (c0, c1) and (c2, c3) in its two lanes.
+  const auto dot = [&](int64_t b, const Weights& wt) {
+    Chains c{_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int cp = 0; cp < kChunkPairs; ++cp) {
+      for (int h = 0; h < 2; ++h) {
+        const uint16_t* xk = x + (b * kChunksPerBlock + 2 * cp + h) * kFp4ChunkK;
+        c.c01 = _mm512_dpbf16_ps(c.c01, (__m512bh)wt.w01[cp][h], qword_broadcast(xk));
+        c.c23 = _mm512_dpbf16_ps(c.c23, (__m512bh)wt.w23[cp][h], qword_broadcast(xk + 4));
+      }
+    }
+    return c;
+  };
+  const auto finish = [&](int64_t b, const Chains& c) {
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(c.c01, _mm512_permute_ps(c.c01, 0xB1)),
+                                     _mm512_add_ps(c.c23, _mm512_permute_ps(c.c23, 0xB1)));
     // Each row's sum is in its even lane (both lanes hold it): those 8 lanes, then the fma.
     const __m256 rows = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_castps_si512(sum)));
     total = _mm256_fmadd_ps(rows, avx2::decode_block_scales<kFormat>(tile.scales + b * kTileRows),
                             total);
-    FP4MOE_MCA_BLOCK_END();
+  };
+  // Software-pipelined as the W4A8 one-tile path. NVFP4 (one chunk pair per block) in three
+  // stages: block b + 2 decoded, b + 1 dotted, b finished. MXFP4's decoded block is twice the
+  // registers, and three stages spilled (one thread, 4096 -> 256 in L2: 23.1 -> 14.2 GB/s), so
+  // two: block b + 1 decoded and dotted while b is finished.
+  Chains cur = dot(0, decode(0));
+  if constexpr (kChunkPairs == 1) {
+    Weights wt = decode(std::min<int64_t>(1, k_blocks - 1));
+    for (int64_t b = 0; b + 1 < k_blocks; ++b) {
+      FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");
+      const Weights wn = decode(std::min<int64_t>(b + 2, k_blocks - 1));
+      const Chains next = dot(b + 1, wt);
+      finish(b, cur);
+      cur = next;
+      wt = wn;
+      FP4MOE_MCA_BLOCK_END();
+    }
+  } else {
+    for (int64_t b = 0; b + 1 < k_blocks; ++b) {
+      FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");
+      const Chains next = dot(b + 1, decode(b + 1));
+      finish(b, cur);
+      cur = next;
+      FP4MOE_MCA_BLOCK_END();
+    }
   }
+  finish(k_blocks - 1, cur);
   avx2::store_rows(y + t * kTileRows, _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale)),
                    tile.rows);
 }
