@@ -58,8 +58,8 @@ int weight_format_k_block(WeightFormat format);
 //   byte 8*j + r holds row r at k = 4c + j (plain [k][row] order); K is padded to a multiple of 4
 //   with zero codes. Why: an in-lane byte unpack with zero turns 8 codes into 8 words whose high
 //   byte is the code, a shift and mask make them FP16 (E4M3 fits FP16 exactly, subnormals too) and
-//   one vcvtph2ps makes the 8 rows' floats (with VBMI, the AVX-512 kernel at 1-4 tokens gathers
-//   each row's F32 bits from two byte tables of the same chunk instead). Scales: F32 [ceil(N/128), ceil(K/128)], the checkpoint
+//   one vcvtph2ps makes the 8 rows' floats (with VBMI, at 1-4 tokens all below 2^16, the AVX-512
+//   kernel gathers each row's F32 bits from two byte tables of the same chunk instead). Scales: F32 [ceil(N/128), ceil(K/128)], the checkpoint
 //   grid (a tile never straddles two 128-row blocks since 128 % 8 == 0).
 inline constexpr int kTileRows = 8;
 inline constexpr int kFp4ChunkK = 8;  // K elements per 32-byte FP4 chunk

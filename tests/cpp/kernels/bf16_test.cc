@@ -36,13 +36,14 @@ struct Shape {
 };
 
 // M = 1 .. 9 (the 4-token groups: whole, remainder 1-3, two groups + 1), 13, 64; N = 1, a tile - 1
-// / + 1, a tile pair + 1, 136 (a lone last tile); K = one block, three blocks, 2048 + 3 blocks.
+// / + 1, a tile pair + 1, 136 (a lone last tile); K = one block, two (the one-token path's pipeline
+// at its shortest), three blocks, 2048 + 3 blocks.
 std::vector<Shape> bf16_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
-      for (int64_t k : {kb, 3 * kb, 2048 + 3 * kb}) {
+      for (int64_t k : {kb, 2 * kb, 3 * kb, 2048 + 3 * kb}) {
         if (m * n * k > (int64_t{1} << 23)) continue;
         out.push_back({m, n, k});
       }

@@ -189,11 +189,37 @@ TEST_P(Mxfp4KernelTest, E8m0ScaleCodeZeroIsTwoToTheMinus127) {
 // The FP8 block-128 kernels only.
 class Fp8KernelTest : public ::testing::TestWithParam<KernelInfo> {};
 
-// Every finite E4M3 code (subnormals, both zeros, the largest) in every row, and tokens up to and
-// past 2^16: the AVX-512 kernel's VBMI path at 1-4 tokens builds each weight's F32 bits from its
-// code (times 2^-120) and runs on the tokens times 2^112, which it takes only where every |x| is
-// below 2^16 (gemm_avx512.cc); above that it must fall back, not overflow. N = 24 (a tile pair and
-// a lone tile), K = 261 (two 128-k scale blocks and a partial chunk).
+// FP8 weights with every finite E4M3 code (subnormals, both zeros, the largest) in every row,
+// N = 24 (a tile pair and a lone tile), K = 261 (two 128-k scale blocks and a partial chunk).
+struct Fp8EveryCode {
+  static constexpr int64_t n = 24, k = 261;
+  std::vector<float> dequantized = std::vector<float>(n * k);
+  pack::PackedWeights packed;
+};
+Fp8EveryCode fp8_every_code() {
+  Fp8EveryCode w;
+  std::vector<uint8_t> codes(w.n * w.k);
+  for (int64_t i = 0; i < w.n * w.k; ++i) {
+    uint8_t c = static_cast<uint8_t>((i * 37 + i / w.k) % 256);
+    if ((c & 0x7F) == 0x7F) c ^= 1;  // 0x7F / 0xFF are NaN
+    codes[i] = c;
+  }
+  std::vector<float> scales(formats::fp8_block_scale_count(w.n, w.k));
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = std::ldexp(1.5f, static_cast<int>(i) - 9);
+  if (!formats::dequantize_fp8_block128("w", codes, scales, w.n, w.k, w.dequantized).ok()) {
+    throw std::runtime_error("dequantize_fp8_block128");
+  }
+  auto packed = pack::pack_fp8_block128("w", codes, scales, w.n, w.k);
+  if (!packed.ok()) throw std::runtime_error(packed.error().message);
+  w.packed = std::move(packed).value();
+  return w;
+}
+
+// Every code, and tokens up to and past 2^16: the AVX-512 kernel's VBMI path at 1-4 tokens builds
+// each weight's F32 bits from its code (times 2^-120) and runs on the tokens times 2^112, which it
+// takes only where every |x| is below 2^16 (gemm_avx512.cc); above that it must fall back, not
+// overflow, whether the large element lies in the check's 16-wide part or its tail (K % 16). The
+// token rows have a wider stride than K.
 TEST_P(Fp8KernelTest, EveryCodeAndTokensAroundTwoToThe16) {
   const KernelInfo& kernel = GetParam();
   ASSERT_EQ(kernel.format, WeightFormat::kFp8Block128);
@@ -201,33 +227,26 @@ TEST_P(Fp8KernelTest, EveryCodeAndTokensAroundTwoToThe16) {
   const uint32_t seed = 0xF8C0DEu + static_cast<uint32_t>(kernel.isa);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const int64_t n = 24, k = 261;
-  std::vector<uint8_t> codes(n * k);
-  for (int64_t i = 0; i < n * k; ++i) {
-    uint8_t c = static_cast<uint8_t>((i * 37 + i / k) % 256);
-    if ((c & 0x7F) == 0x7F) c ^= 1;  // 0x7F / 0xFF are NaN
-    codes[i] = c;
-  }
-  std::vector<float> scales(formats::fp8_block_scale_count(n, k));
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = std::ldexp(1.5f, static_cast<int>(i) - 9);
-  std::vector<float> dequantized(n * k);
-  ASSERT_TRUE(formats::dequantize_fp8_block128("w", codes, scales, n, k, dequantized).ok());
-  auto packed = pack::pack_fp8_block128("w", codes, scales, n, k);
-  ASSERT_TRUE(packed.ok());
+  const Fp8EveryCode w = fp8_every_code();
+  const int64_t n = w.n, k = w.k, ldx = k + 3;
   for (int64_t m : {1, 2, 3, 4}) {
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("M=" + std::to_string(m) + " variant " + std::to_string(variant));
       std::vector<float> x = testing::random_activations(m, k, rng);
-      // 1: magnitudes up to just below 2^16; 2: one token element at 2^16 exactly.
+      // 1: magnitudes up to just below 2^16; 2: one element at 2^16 exactly; 3: one at -2^17
+      // in the tail.
       if (variant >= 1) {
         for (int64_t i = 0; i < m * k; i += 7) x[i] = std::ldexp(x[i], 12);
         x[(m - 1) * k + 3] = -65535.996f;
       }
       if (variant == 2) x[(m - 1) * k + 200] = 65536.0f;
+      if (variant == 3) x[(m - 1) * k + 258] = -131072.0f;
       std::vector<double> want(m * n), abs_sum(m * n);
-      kernels::ref::gemm_f64(dequantized.data(), n, k, x.data(), m, want.data(), abs_sum.data());
+      kernels::ref::gemm_f64(w.dequantized.data(), n, k, x.data(), m, want.data(), abs_sum.data());
+      std::vector<float> xs(m * ldx, std::nanf(""));  // the padding is never read
+      for (int64_t i = 0; i < m; ++i) std::copy_n(x.data() + i * k, k, xs.data() + i * ldx);
       std::vector<float> y(m * n, std::nanf(""));
-      kernel.fn(packed->view(), x.data(), k, m, y.data(), n, 0, packed->view().n_tiles);
+      kernel.fn(w.packed.view(), xs.data(), ldx, m, y.data(), n, 0, w.packed.view().n_tiles);
       int failures = 0;
       for (int64_t o = 0; o < m * n && failures < 5; ++o) {
         const double bound = fp32_sum_tolerance(k) * abs_sum[o] + 1e-30;
@@ -239,6 +258,30 @@ TEST_P(Fp8KernelTest, EveryCodeAndTokensAroundTwoToThe16) {
       }
     }
   }
+}
+
+// A token's outputs do not depend on the other tokens: in particular, at 2 tokens the AVX-512
+// kernel's VBMI path (both tokens below 2^16) and its FP16 route (the second token past 2^16)
+// give the first token the same bits, as gemm_avx512.cc says (each product is the same real
+// number, rounded once).
+TEST_P(Fp8KernelTest, VbmiRouteKeepsTheBits) {
+  const KernelInfo& kernel = GetParam();
+  if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  const uint32_t seed = 0xB175u + static_cast<uint32_t>(kernel.isa);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const Fp8EveryCode w = fp8_every_code();
+  const int64_t n = w.n, k = w.k;
+  std::vector<float> x = testing::random_activations(2, k, rng);
+  for (int64_t i = 0; i < k; i += 5) x[i] = std::ldexp(x[i], (static_cast<int>(i) % 36) - 25);
+  // Magnitudes 2^-25 .. 2^10 (|x| stays far below 2^16, so the first call takes the VBMI path).
+  std::copy_n(x.data(), k, x.data() + k);  // token 1 = token 0
+  std::vector<float> same(2 * n), mixed(2 * n);
+  kernel.fn(w.packed.view(), x.data(), k, 2, same.data(), n, 0, w.packed.view().n_tiles);
+  x[k + 17] = 1e6f;  // token 1 past 2^16
+  kernel.fn(w.packed.view(), x.data(), k, 2, mixed.data(), n, 0, w.packed.view().n_tiles);
+  EXPECT_EQ(0, std::memcmp(same.data(), mixed.data(), sizeof(float) * n))
+      << "token 0's outputs changed with token 1's range";
 }
 
 std::string kernel_name(const ::testing::TestParamInfo<KernelInfo>& info) {

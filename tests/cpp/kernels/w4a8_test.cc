@@ -151,14 +151,15 @@ struct Shape {
 // 6), 7, 8, 11 (its two groups, 5 + 6), 13 (the VNNI many-token path from
 // 12; an AMX tile of 13 rows for MXFP4; the AVX2 wide path for MXFP4, from 24 for NVFP4), 16 (one
 // whole AMX token tile), 17 (a tile and one token), 31, 33, 64, 97 (two VNNI passes), 256; N = 1, a
-// tile - 1 / + 1, 17, 136; K = one block, three blocks, 2048 (one AMX slice), and 2048 + 3 blocks
+// tile - 1 / + 1, 17, 136; K = one block, two (the one-token paths' pipeline
+// with no full-loop block), three blocks, 2048 (one AMX slice), and 2048 + 3 blocks
 // (a second slice of odd length).
 std::vector<Shape> w4a8_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<Shape> out;
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 11, 13, 16, 17, 31, 33, 64, 97, 256}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
-      for (int64_t k : {kb, 3 * kb, int64_t{2048}, 2048 + 3 * kb}) {
+      for (int64_t k : {kb, 2 * kb, 3 * kb, int64_t{2048}, 2048 + 3 * kb}) {
         if (m * n * k > (int64_t{1} << 24)) continue;
         out.push_back({m, n, k});
       }
@@ -321,7 +322,8 @@ TEST_P(W4A8KernelTest, NonFiniteActivationsPoisonOnlyTheirToken) {
 // paths at the same edges). At M = 1 two more variants check the VNNI one-token path's NVFP4
 // pre-scaled activation scales (a * 2^120, taken where every scale is below 2^8): in variant 2
 // every scale is below 2^8, one of them 255.9 (a * 2^120 just under FLT_MAX); variant 3 adds one
-// of 300, so the call must multiply as the scalar kernel does (pre-scaled, it would overflow).
+// of exactly 2^8, so the call must multiply as the scalar kernel does (pre-scaled, it would
+// overflow).
 TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
   const auto& kernel = GetParam();
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
@@ -372,7 +374,7 @@ TEST_P(W4A8KernelTest, MatchesScalarAtTheEdgesOfTheScaleRanges) {
       }
       if (variant >= 2) {
         x[7 * block] = 127.0f * 255.9f;                         // scale 255.9
-        if (variant == 3) x[9 * block + 1] = -127.0f * 300.0f;  // scale 300
+        if (variant == 3) x[9 * block + 1] = -127.0f * 256.0f;  // scale 2^8
       }
       const Quantized xq = quantize_with(quantizer->fn, x, m, k, block);
       const kernels::QuantizedActivations view = xq.view(k, block);

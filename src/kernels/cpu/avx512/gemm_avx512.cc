@@ -368,8 +368,9 @@ void fp4_gemm_avx512(const PackedMatrix& w, const float* x, int64_t ldx, int64_t
 // dwords: 9.6 cycles per chunk in the same register-only copy; the kernel, one thread, one token,
 // 4096 -> 128 in L2, interleaved: 18.0 -> 20.9-21.3 GB/s. The tokens are multiplied by 2^112 once
 // per call (fp8_prescale), so each product (w * 2^-120) * (x * 2^112) is the FP16 route's
-// (w * 2^-8) * x, the same real number, rounded the same: the bits do not change (checked on
-// random codes at M = 1-4, K = 261, 2048, 4096 against FP4MOE_NO_VBMI).
+// (w * 2^-8) * x, the same real number, rounded the same: the bits do not change
+// (Fp8KernelTest.VbmiRouteKeepsTheBits), with DAZ off, as the library leaves it: E4M3's
+// subnormal codes are F32 subnormals here, which DAZ would read as zero.
 constexpr std::array<uint8_t, 64> fp8_gather_table(int j) {
   std::array<uint8_t, 64> t{};
   for (int o = 0; o < 64; ++o) {

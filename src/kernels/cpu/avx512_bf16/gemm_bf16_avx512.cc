@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/check.h"
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/avx512/vbmi.h"
@@ -241,6 +242,8 @@ inline void bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* x, float
 template <WeightFormat kFormat>
 void fp4_gemm_bf16_avx512(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m,
                           float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  // The pipelined tile loop starts at block 0: K holds at least one block (pack/ checks it).
+  FP4MOE_CHECK(m != 1 || w.k >= weight_format_k_block(kFormat));
   if (m == 1 && avx512::host_has_vbmi()) {
     for (int64_t t = tile_begin; t < tile_end; ++t) bf16_tile<kFormat>(w, t, x, y);
     return;

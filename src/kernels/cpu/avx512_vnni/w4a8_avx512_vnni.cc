@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/avx2/fp4_avx2.h"
 #include "kernels/cpu/avx512/fp4_avx512.h"
 #include "kernels/cpu/avx512/vbmi.h"
@@ -605,12 +607,12 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
 // below 2^8, a * 2^120 is exact and finite, so fl(bits(code << 20) * fl(a * 2^120)) and the
 // scalar kernel's fl(fl(bits(code << 20) * 2^120) * a) round the same real product: one vmulps
 // fewer per block, with the same bits. Fills `out` with a * 2^120 per block and returns whether
-// every scale is in that range (NaN is not).
+// every |scale| is in that range (NaN is not).
 inline bool prescale_nvfp4(const float* scales, int64_t blocks, std::vector<float>& out) {
   out.resize(static_cast<size_t>(blocks));
   bool in_range = true;  // no short-circuit: a branch per scale made a 256-long dependency chain
   for (int64_t b = 0; b < blocks; ++b) {
-    in_range &= scales[b] < 0x1p8f;
+    in_range &= std::fabs(scales[b]) < 0x1p8f;
     out[static_cast<size_t>(b)] = scales[b] * 0x1p120f;
   }
   return in_range;
@@ -619,6 +621,8 @@ inline bool prescale_nvfp4(const float* scales, int64_t blocks, std::vector<floa
 template <WeightFormat kFormat>
 void w4a8_one_token(const PackedMatrix& w, const QuantizedActivations& x, float* y,
                     int64_t tile_begin, int64_t tile_end) {
+  // The pipelined tile loop starts at block 0: K holds at least one block (pack/ checks it).
+  FP4MOE_CHECK(w.k >= kBlock<kFormat>);
   thread_local std::vector<int8_t> reordered;
   reordered.resize(static_cast<size_t>(w.k));
   reorder_token(x.q, w.k, reordered.data());
