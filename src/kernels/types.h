@@ -59,8 +59,9 @@ int weight_format_k_block(WeightFormat format);
 //   with zero codes. Why: an in-lane byte unpack with zero turns 8 codes into 8 words whose high
 //   byte is the code, a shift and mask make them FP16 (E4M3 fits FP16 exactly, subnormals too) and
 //   one vcvtph2ps makes the 8 rows' floats (with VBMI, at 1-4 tokens all below 2^16, the AVX-512
-//   kernel gathers each row's F32 bits from two byte tables of the same chunk instead). Scales: F32 [ceil(N/128), ceil(K/128)], the checkpoint
-//   grid (a tile never straddles two 128-row blocks since 128 % 8 == 0).
+//   kernel gathers each row's F32 bits from two byte tables of the same chunk instead). Scales: F32
+//   [ceil(N/128), ceil(K/128)], the checkpoint grid (a tile never straddles two 128-row blocks
+//   since 128 % 8 == 0).
 inline constexpr int kTileRows = 8;
 inline constexpr int kFp4ChunkK = 8;  // K elements per 32-byte FP4 chunk
 

@@ -21,6 +21,7 @@
 #include "kernels/cpu/bf16_pair_dot.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/mca.h"
+#include "kernels/cpu/pipeline.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
@@ -213,28 +214,9 @@ inline void bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* x, float
   // stages: block b + 2 decoded, b + 1 dotted, b finished. MXFP4's decoded block is twice the
   // registers, and three stages spilled (one thread, 4096 -> 256 in L2: 23.1 -> 14.2 GB/s), so
   // two: block b + 1 decoded and dotted while b is finished.
-  Chains cur = dot(0, decode(0));
-  if constexpr (kChunkPairs == 1) {
-    Weights wt = decode(std::min<int64_t>(1, k_blocks - 1));
-    for (int64_t b = 0; b + 1 < k_blocks; ++b) {
-      FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");
-      const Weights wn = decode(std::min<int64_t>(b + 2, k_blocks - 1));
-      const Chains next = dot(b + 1, wt);
-      finish(b, cur);
-      cur = next;
-      wt = wn;
-      FP4MOE_MCA_BLOCK_END();
-    }
-  } else {
-    for (int64_t b = 0; b + 1 < k_blocks; ++b) {
-      FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16");
-      const Chains next = dot(b + 1, decode(b + 1));
-      finish(b, cur);
-      cur = next;
-      FP4MOE_MCA_BLOCK_END();
-    }
-  }
-  finish(k_blocks - 1, cur);
+  pipelined_k_blocks<kChunkPairs == 1 ? 3 : 2>(
+      k_blocks, decode, dot, finish, [] { FP4MOE_MCA_BLOCK_BEGIN("bf16_tile", "avx512_bf16"); },
+      [] { FP4MOE_MCA_BLOCK_END(); });
   avx2::store_rows(y + t * kTileRows, _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale)),
                    tile.rows);
 }

@@ -23,6 +23,7 @@
 #include "kernels/cpu/avx512/vbmi.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/mca.h"
+#include "kernels/cpu/pipeline.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
@@ -585,20 +586,10 @@ inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivatio
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows),
                             _mm256_mul_ps(w_scale, _mm256_set1_ps(act_scales[b])), total);
   };
-  // Three stages: block b + 2 decoded, b + 1 dotted, b finished (the last two blocks repeat a
-  // decode, harmlessly, instead of a branch).
-  U u = decode(std::min<int64_t>(1, k_blocks - 1));
-  __m512i sum = dot(0, decode(0));
-  for (int64_t b = 0; b + 1 < k_blocks; ++b) {
-    FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni");
-    const U un = decode(std::min<int64_t>(b + 2, k_blocks - 1));
-    const __m512i next = dot(b + 1, u);
-    finish(b, sum);
-    sum = next;
-    u = un;
-    FP4MOE_MCA_BLOCK_END();
-  }
-  finish(k_blocks - 1, sum);
+  // Three stages: block b + 2 decoded, b + 1 dotted, b finished (pipeline.h).
+  pipelined_k_blocks<3>(
+      k_blocks, decode, dot, finish, [] { FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni"); },
+      [] { FP4MOE_MCA_BLOCK_END(); });
   avx2::store_rows(y + t * kTileRows, _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale * 0.5f)),
                    tile.rows);
 }
