@@ -26,6 +26,8 @@
 
 #include <cstdint>
 
+#include "kernels/types.h"
+
 namespace fp4moe::kernels {
 namespace {
 
@@ -40,6 +42,25 @@ inline constexpr int64_t kPrefetchDistance = 4096;
   for (int64_t off = 0; off < bytes; off += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(base + static_cast<uintptr_t>(off)), _MM_HINT_T1);
   }
+}
+
+// The block-scale stream of a one-tile kernel (one byte per row per K block, contiguous over the
+// thread's tiles beside the code stream). Called once per block with the tile's scales and the
+// block index; once per 8 blocks (8 rows x 8 blocks = one 64-byte line) it prefetches the line
+// kScalePrefetchDistance bytes ahead into L1. Why: the hardware prefetchers kept the code stream
+// well ahead but not this thin side stream beside it. A synthetic loop on the 2-core Zen 4, one
+// thread, 1 GiB in 2 MiB pages, 6 vpermb per 64 bytes: 33 GB/s with the code stream alone, 27.5
+// with 8 bytes of side stream per 128 (MXFP4's density), 32 with that side stream prefetched
+// 256 bytes ahead. On the VNNI W4A8 one-tile path, MXFP4, one token, one thread, 4096 -> 14336
+// from DRAM: 0.75-0.78 -> 0.94-0.97 of the read bandwidth measured between its rounds (128 to
+// 384 bytes ahead alike, 1 KiB slower than none).
+inline constexpr int64_t kScalePrefetchDistance = 256;
+[[gnu::always_inline]] inline void prefetch_tile_scales(const uint8_t* scales, int64_t b) {
+  static_assert(kTileRows * 8 == 64, "8 blocks of one tile's scales fill one line");
+  if ((b & 7) != 0) return;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(scales) + static_cast<uintptr_t>(b * kTileRows) +
+                       static_cast<uintptr_t>(kScalePrefetchDistance);
+  _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
 }
 
 }  // namespace
