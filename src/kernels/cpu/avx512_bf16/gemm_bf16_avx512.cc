@@ -139,8 +139,8 @@ inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_
 // figures predate the software pipelining in bf16_tile, which took one thread, one token,
 // 4096 -> 256 in L2 from NVFP4 ~18 to ~20 GB/s and MXFP4 ~20 to ~22.5, interleaved runs.)
 // The scale stream is prefetched (prefetch_tile_scales, cpu/prefetch.h): one thread, one token,
-// 4096 -> 14336 from DRAM, interleaved: MXFP4 21.1-21.4 -> 22.7-22.8 GB/s (0.62-0.63 -> 0.68 of
-// the bandwidth measured between rounds), NVFP4 alike (19.1-19.7; its loop bounds it).
+// 4096 -> 14336 from DRAM, interleaved: NVFP4 19.9 -> 20.9-21.1 GB/s, MXFP4 21.8-22.5 ->
+// 22.6-22.9 (this loop, not the stream, bounds it at one thread).
 // The vpermb controls for the low (chunk_half 0) and high 32 bytes of a 64-byte load, computed at
 // compile time (they are loaded once per tile).
 constexpr std::array<uint8_t, 64> tile_word_table(int chunk_half) {
