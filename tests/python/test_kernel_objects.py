@@ -24,13 +24,14 @@ LIBRARY = BUILD / "src" / "kernels" / "libfp4moe_kernels.a"
 
 # object file -> instructions its code must contain (mnemonics as objdump prints them):
 # prefetcht1 is the streaming prefetch into L2 (prefetch_ahead, src/kernels/cpu/prefetch.h),
-# prefetcht0 the many-token kernels' prefetch of the next tile set into L1 (prefetch_pair_block).
+# prefetcht0 the many-token kernels' prefetch of the next tile set into L1 (prefetch_pair_block)
+# and the one-tile paths' prefetch of their scale stream (prefetch_tile_scales).
 EXPECTED = {
     "gemm_avx2.cc.o": ["prefetcht1", "vfmadd231ps", "vpshufb"],
     "w4a8_avx2.cc.o": ["prefetcht1", "vpmaddubsw", "vpshufb"],
     "gemm_avx512.cc.o": ["prefetcht1", "vfmadd231ps", "vpermps"],
     "w4a8_avx512_vnni.cc.o": ["prefetcht1", "prefetcht0", "vpdpbusd", "vpermb"],
-    "gemm_bf16_avx512.cc.o": ["prefetcht1", "vdpbf16ps", "vpermw"],
+    "gemm_bf16_avx512.cc.o": ["prefetcht1", "prefetcht0", "vdpbf16ps", "vpermw"],
     "w4a8_amx.cc.o": ["ldtilecfg", "tdpbssd", "tilestored", "tilerelease", "prefetcht0"],
 }
 
