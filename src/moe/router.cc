@@ -209,6 +209,39 @@ template <int NT, class W>
   }
 }
 
+// One token against NE expert rows (we, we + hidden, ...): each row's sum exactly as
+// logits_of_row<1>'s (its eight partial sums in h order, the same fold and tail). A lone row's
+// two add chains wait ~3 cycles per 8 h on each other's adds (latency-bound well below the
+// machine's read bandwidth); NE rows side by side give NE times the independent chains and share
+// each load of x.
+template <int NE, class W>
+[[gnu::always_inline]] inline void logits_of_rows_1t(const W* we, const float* x, int64_t hidden,
+                                                     const float* bias, int e, float* logits) {
+  __m128 lo[NE], hi[NE];
+  FP4MOE_ROUTER_UNROLL
+  for (int r = 0; r < NE; ++r) lo[r] = hi[r] = _mm_setzero_ps();
+  int64_t h = 0;
+  for (; h + 8 <= hidden; h += 8) {
+    const __m128 x0 = _mm_loadu_ps(x + h), x1 = _mm_loadu_ps(x + h + 4);
+    FP4MOE_ROUTER_UNROLL
+    for (int r = 0; r < NE; ++r) {
+      __m128 w0, w1;
+      load8(we + r * hidden + h, w0, w1);
+      lo[r] = _mm_add_ps(lo[r], _mm_mul_ps(x0, w0));
+      hi[r] = _mm_add_ps(hi[r], _mm_mul_ps(x1, w1));
+    }
+  }
+  FP4MOE_ROUTER_UNROLL
+  for (int r = 0; r < NE; ++r) {
+    alignas(16) float p[8];
+    _mm_store_ps(p, lo[r]);
+    _mm_store_ps(p + 4, hi[r]);
+    float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (int64_t k = h; k < hidden; ++k) sum += x[k] * widen(we[r * hidden + k]);
+    logits[e + r] = sum + bias[r];
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -224,12 +257,33 @@ void router_logits_of(const RouterConfig& c, const RouterWeights& w, const W* we
   // official computes the gate in fp32; eight partial sums let the compiler vectorize without
   // reassociating a single chain).
   constexpr int64_t kTokenTile = 16;
+  const auto bias_of = [&](int e) {
+    // -0.0f + sum = sum for every sum (+0.0f would turn a -0.0f sum into +0.0f).
+    return w.logit_bias.empty() ? -0.0f : w.logit_bias[e];
+  };
+  // Fewer than 4 tokens (decode): 4 expert rows at a time, then the rest one by one.
+  if (tokens < 4) {
+    constexpr int kRows = 4;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* xt = x + t * hidden;
+      float* lt = logits + t * c.num_experts;
+      int e = e_begin;
+      for (; e + kRows <= e_end; e += kRows) {
+        const float bias[kRows] = {bias_of(e), bias_of(e + 1), bias_of(e + 2), bias_of(e + 3)};
+        logits_of_rows_1t<kRows>(weight + e * hidden, xt, hidden, bias, e, lt);
+      }
+      for (; e < e_end; ++e) {
+        const float bias[1] = {bias_of(e)};
+        logits_of_rows_1t<1>(weight + e * hidden, xt, hidden, bias, e, lt);
+      }
+    }
+    return;
+  }
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenTile) {
     const int64_t t1 = std::min(tokens, t0 + kTokenTile);
     for (int e = e_begin; e < e_end; ++e) {
       const W* we = weight + e * hidden;
-      // -0.0f + sum = sum for every sum (+0.0f would turn a -0.0f sum into +0.0f).
-      const float bias = w.logit_bias.empty() ? -0.0f : w.logit_bias[e];
+      const float bias = bias_of(e);
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
         logits_of_row<4>(we, x + t * hidden, hidden, bias, e, c.num_experts,

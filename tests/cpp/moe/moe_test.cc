@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -439,6 +440,58 @@ TEST(Router, LogitsFromBf16WeightsHaveTheF32Bits) {
   router_logits(config, RouterWeights{{}, {}, {}, w16}, x.data(), tokens, hidden, 0, experts,
                 from_bf16.data());
   EXPECT_EQ(0, std::memcmp(from_f32.data(), from_bf16.data(), sizeof(float) * from_f32.size()));
+}
+
+// router_logits is the sum its comment specifies, bit for bit, on every path: eight partial sums
+// over h in steps of 8 (each product rounded, then added in h order), folded
+// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), the tail after, the bias (-0.0f without)
+// last. Checked for 1-3 tokens (expert rows four at a time, then one by one), for 19 tokens
+// (groups of 4 and lone tokens in 16-token tiles) and for expert sub-ranges, against that
+// specification written here in scalar code.
+TEST(Router, LogitsAreTheSpecifiedSumOnEveryPath) {
+  const uint32_t seed = 83;
+  std::mt19937 rng(seed);
+  const int experts = 11;
+  const int64_t hidden = 8 * 37 + 5;
+  RouterConfig config{experts, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f,
+                      1,       1};
+  const std::vector<float> w = testing::random_activations(experts, hidden, rng);
+  std::vector<float> bias(experts);
+  for (float& b : bias) b = testing::random_activations(1, 1, rng)[0];
+  const auto spec = [&](const float* x, int e, bool with_bias) {
+    float p[8] = {};
+    const int64_t body = hidden / 8 * 8;
+    for (int64_t h = 0; h < body; ++h) {
+      volatile float prod = x[h] * w[e * hidden + h];  // rounded on its own: no fused multiply-add
+      p[h % 8] = p[h % 8] + prod;
+    }
+    float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (int64_t h = body; h < hidden; ++h) {
+      volatile float prod = x[h] * w[e * hidden + h];
+      sum = sum + prod;
+    }
+    return sum + (with_bias ? bias[e] : -0.0f);
+  };
+  for (const bool with_bias : {false, true}) {
+    const RouterWeights weights{
+        w, with_bias ? std::span<const float>(bias) : std::span<const float>(), {}};
+    for (const int64_t tokens : {1, 2, 3, 19}) {
+      const std::vector<float> x = testing::random_activations(tokens, hidden, rng);
+      for (const auto& [e0, e1] : {std::pair{0, experts}, std::pair{3, 10}, std::pair{5, 6}}) {
+        std::vector<float> logits(tokens * experts, 1.0f);
+        router_logits(config, weights, x.data(), tokens, hidden, e0, e1, logits.data());
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int e = e0; e < e1; ++e) {
+            const float want = spec(x.data() + t * hidden, e, with_bias);
+            const float got = logits[t * experts + e];
+            ASSERT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(got))
+                << "seed " << seed << ", " << tokens << " tokens, experts [" << e0 << ", " << e1
+                << "), token " << t << ", expert " << e << (with_bias ? ", with bias" : "");
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(MoeLayer, TopKEqualsNumberOfExperts) {
