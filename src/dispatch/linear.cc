@@ -126,7 +126,12 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {
-  return std::max<int64_t>(1, std::min<int64_t>(n_tiles, int64_t{threads} * 4));
+  // One task per thread at least (every thread works where there are tiles), up to four per
+  // thread while each keeps kMinTilesPerTask tiles.
+  constexpr int64_t kMinTilesPerTask = 128;
+  const int64_t at_least = std::min<int64_t>(n_tiles, threads);
+  const int64_t up_to = std::min<int64_t>(int64_t{threads} * 4, n_tiles / kMinTilesPerTask);
+  return std::max<int64_t>(1, std::max(at_least, up_to));
 }
 
 void LinearPlan::run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
