@@ -126,12 +126,11 @@ Result<LinearPlan> LinearPlan::create(const kernels::PackedMatrix& w,
 }
 
 int64_t tile_tasks(int64_t n_tiles, int threads) {
-  // One task per thread at least (every thread works where there are tiles), up to four per
-  // thread while each keeps kMinTilesPerTask tiles.
-  constexpr int64_t kMinTilesPerTask = 128;
-  const int64_t at_least = std::min<int64_t>(n_tiles, threads);
-  const int64_t up_to = std::min<int64_t>(int64_t{threads} * 4, n_tiles / kMinTilesPerTask);
-  return std::max<int64_t>(1, std::max(at_least, up_to));
+  if (n_tiles <= threads) return std::max<int64_t>(1, n_tiles);
+  // A whole number of tasks per thread (the pool hands tasks out one at a time, so a count just
+  // past a multiple of the threads leaves one thread a task longer than the rest): 1 to 4 each.
+  const int64_t per_thread = n_tiles / (kMinTilesPerTask * threads);
+  return int64_t{threads} * std::clamp<int64_t>(per_thread, 1, 4);
 }
 
 void LinearPlan::run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,

@@ -133,15 +133,17 @@ class LinearPlan {
   std::string why_;
 };
 
-// How many tasks to cut n_tiles into for `threads` threads: one per thread at least; up to four
-// per thread, so a thread that is descheduled does not hold everyone up, only while each task
-// keeps 128 tiles (1024 rows), a long contiguous stream for the prefetcher. Each task also pays
-// its own start: a cold stream, and in the W4A8 kernels the token's layout (one token) or the
+// How many tasks to cut n_tiles into for `threads` threads (the pool hands them out one at a time):
+// every thread one task where there are that many tiles, else one per tile; more, up to four per
+// thread, so a thread that is descheduled does not hold everyone up, only while each task keeps
+// kMinTilesPerTask tiles, and always a whole number per thread. Each task pays its own start: a
+// cold stream for the prefetcher, and in the W4A8 kernels the token's layout (one token) or the
 // tokens' packing (many). Measured on the 2-core Zen 4, 2 threads, interleaved against four tasks
 // per thread always: NVFP4 W4A8 4096 -> 2048 (256 tiles, now 2 tasks) at 64 tokens 424-491 ->
 // 489-517 GFLOP/s, at 256 tokens 439-493 -> 497-513; one token in the VM's fast DRAM mode
 // (50-62 GB/s) NVFP4 0.74 -> 0.76-0.84 of the bandwidth, MXFP4 0.82 -> 0.90, and alike in the
 // slow mode; 4096 -> 14336 (1792 tiles) keeps 8 tasks.
+inline constexpr int64_t kMinTilesPerTask = 128;  // 1024 rows
 int64_t tile_tasks(int64_t n_tiles, int threads);
 
 }  // namespace fp4moe::dispatch

@@ -250,31 +250,34 @@ template <class W>
 void router_logits_of(const RouterConfig& c, const RouterWeights& w, const W* weight,
                       const float* x, int64_t tokens, int64_t hidden, int e_begin, int e_end,
                       float* logits) {
-  // Expert-major within a tile of tokens: the tile's activations (kTokenTile x hidden F32, 256 KiB
-  // at hidden 4096) stay in L2 while every expert row of the range passes over them. Without the
-  // tile, 512 tokens (8 MiB) were re-read from L3 once per expert: 84 ms for a 4096 x 256 router.
-  // Within the tile, groups of 4 tokens share each load of a weight row (FP32 logits: DeepSeek
-  // official computes the gate in fp32; eight partial sums let the compiler vectorize without
-  // reassociating a single chain).
+  // From 4 tokens on, expert-major within a tile of tokens: the tile's activations (kTokenTile x
+  // hidden F32, 256 KiB at hidden 4096) stay in L2 while every expert row of the range passes over
+  // them. Without the tile, 512 tokens (8 MiB) were re-read from L3 once per expert: 84 ms for a
+  // 4096 x 256 router. Within the tile, groups of 4 tokens share each load of a weight row (FP32
+  // logits: DeepSeek official computes the gate in fp32; eight partial sums let the compiler
+  // vectorize without reassociating a single chain).
   constexpr int64_t kTokenTile = 16;
   const auto bias_of = [&](int e) {
     // -0.0f + sum = sum for every sum (+0.0f would turn a -0.0f sum into +0.0f).
     return w.logit_bias.empty() ? -0.0f : w.logit_bias[e];
   };
-  // Fewer than 4 tokens (decode): 4 expert rows at a time, then the rest one by one.
+  // Fewer than 4 tokens (decode): 4 expert rows at a time, then the rest one by one; each group
+  // of rows runs every token while it is in cache (read from memory once).
   if (tokens < 4) {
     constexpr int kRows = 4;
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* xt = x + t * hidden;
-      float* lt = logits + t * c.num_experts;
-      int e = e_begin;
-      for (; e + kRows <= e_end; e += kRows) {
-        const float bias[kRows] = {bias_of(e), bias_of(e + 1), bias_of(e + 2), bias_of(e + 3)};
-        logits_of_rows_1t<kRows>(weight + e * hidden, xt, hidden, bias, e, lt);
+    int e = e_begin;
+    for (; e + kRows <= e_end; e += kRows) {
+      const float bias[kRows] = {bias_of(e), bias_of(e + 1), bias_of(e + 2), bias_of(e + 3)};
+      for (int64_t t = 0; t < tokens; ++t) {
+        logits_of_rows_1t<kRows>(weight + e * hidden, x + t * hidden, hidden, bias, e,
+                                 logits + t * c.num_experts);
       }
-      for (; e < e_end; ++e) {
-        const float bias[1] = {bias_of(e)};
-        logits_of_rows_1t<1>(weight + e * hidden, xt, hidden, bias, e, lt);
+    }
+    for (; e < e_end; ++e) {
+      const float bias[1] = {bias_of(e)};
+      for (int64_t t = 0; t < tokens; ++t) {
+        logits_of_rows_1t<1>(weight + e * hidden, x + t * hidden, hidden, bias, e,
+                             logits + t * c.num_experts);
       }
     }
     return;

@@ -54,9 +54,10 @@ inline constexpr int64_t kPrefetchDistance = 4096;
 // (NVFP4's density), also when each side line was prefetched one at a time 128-256 bytes ahead;
 // 33 with it prefetched 4 lines at a time, 256 bytes ahead (512: 32-33; 768: 27). The kernel, VNNI
 // W4A8 one-tile path, one token, one thread, 4096 -> 14336 from DRAM, interleaved, fraction of
-// the bandwidth measured between its rounds: NVFP4 0.76-0.85 without, 0.74-0.78 one line per 8
-// blocks 256 bytes ahead, 0.91-0.94 four lines per 32 blocks 256 ahead (0.89-0.90 at 128, 0.74-0.78
-// at 512); MXFP4 0.75-0.85 without, 0.93-0.97 with.
+// the bandwidth measured between its rounds: NVFP4 0.70-0.85 without (23-26 GB/s), 0.71-0.82 with
+// one line per 8 blocks 256 bytes ahead, 0.88-0.94 (30.1-31.0 GB/s) with 4 lines per 32 blocks 256
+// ahead (0.89-0.90 at 128 ahead, 0.74-0.78 at 512); MXFP4 0.75-0.85 without, 0.93-0.95 with one
+// line, 0.94-0.97 (32.1-33.3 GB/s) with the bursts.
 inline constexpr int64_t kScalePrefetchBlocks = 32;
 inline constexpr int64_t kScalePrefetchDistance = 256;
 [[gnu::always_inline]] inline void prefetch_tile_scales(const uint8_t* scales, int64_t b) {

@@ -181,6 +181,31 @@ TEST(Dispatch, ScalarIsAlwaysAvailableAndBestIsLast) {
   EXPECT_EQ(*dispatch::parse_isa("avx2"), Isa::kAvx2);
 }
 
+// tile_tasks: one task per thread at least where there are that many tiles (else one per tile,
+// and one for none); more only while each keeps kMinTilesPerTask tiles, at most four per thread,
+// and always a whole number per thread, so no thread is left a task longer than the others.
+TEST(Dispatch, TileTasksAreWholeTasksPerThread) {
+  struct Case {
+    int64_t tiles;
+    int threads;
+    int64_t tasks;
+  };
+  const int64_t kMin = dispatch::kMinTilesPerTask;
+  for (const Case& c :
+       {Case{0, 2, 1}, Case{1, 2, 1}, Case{3, 8, 3}, Case{8, 8, 8}, Case{9, 8, 8}, Case{256, 2, 2},
+        Case{384, 2, 2}, Case{512, 2, 4}, Case{720, 2, 4}, Case{1792, 2, 8}, Case{1 << 20, 2, 8},
+        Case{2200, 16, 16}, Case{2 * 16 * kMin, 16, 32}, Case{1, 1, 1}, Case{1 << 20, 1, 4}}) {
+    const int64_t tasks = dispatch::tile_tasks(c.tiles, c.threads);
+    EXPECT_EQ(tasks, c.tasks) << c.tiles << " tiles, " << c.threads << " threads";
+    if (c.tiles >= c.threads) {
+      EXPECT_EQ(tasks % c.threads, 0) << c.tiles << " tiles, " << c.threads << " threads";
+    }
+    if (tasks > c.threads) {
+      EXPECT_GE(c.tiles / tasks, kMin) << c.tiles << " tiles, " << c.threads << " threads";
+    }
+  }
+}
+
 // On every ISA the host has: a threaded run gives the one-thread bits, and each of its tasks (the
 // tile ranges tile_tasks() cuts, run here one at a time through run_tiles on a NaN-filled output)
 // writes exactly its own rows with those bits. The second half is what makes the first one sound:
@@ -203,8 +228,14 @@ TEST(Dispatch, ThreadedRunMatchesOneThreadBitForBit) {
     const int64_t tiles = plan->n_tiles();
     const int64_t tasks = dispatch::tile_tasks(tiles, pool.size());
     ASSERT_GT(tasks, 1);
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t begin = tiles * t / tasks, end = tiles * (t + 1) / tasks;
+    // The ranges tile_tasks() cuts, and finer fixed ones (short ranges, odd starts, the lone last
+    // tile) that do not depend on it.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int64_t t = 0; t < tasks; ++t)
+      ranges.emplace_back(tiles * t / tasks, tiles * (t + 1) / tasks);
+    for (int64_t b = 0; b < tiles; b += 5) ranges.emplace_back(b, std::min(tiles, b + 5));
+    ranges.emplace_back(tiles - 1, tiles);
+    for (const auto& [begin, end] : ranges) {
       std::vector<float> piece(m * w.n, std::nanf(""));
       plan->run_tiles(x.data(), k, m, piece.data(), w.n, begin, end);
       SCOPED_TRACE("task tiles [" + std::to_string(begin) + ", " + std::to_string(end) + ")");

@@ -455,7 +455,14 @@ TEST(Router, LogitsAreTheSpecifiedSumOnEveryPath) {
   const int64_t hidden = 8 * 37 + 5;
   RouterConfig config{experts, 2, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f,
                       1,       1};
-  const std::vector<float> w = testing::random_activations(experts, hidden, rng);
+  std::vector<float> w = testing::random_activations(experts, hidden, rng);
+  // Exact in BF16, so the same sums come from the BF16 weight bits (the layer keeps such a router
+  // as BF16, and that is the path decode runs).
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    w16[i] = formats::encode_bf16(w[i]);
+    w[i] = formats::decode_bf16(w16[i]);
+  }
   std::vector<float> bias(experts);
   for (float& b : bias) b = testing::random_activations(1, 1, rng)[0];
   const auto spec = [&](const float* x, int e, bool with_bias) {
@@ -472,21 +479,27 @@ TEST(Router, LogitsAreTheSpecifiedSumOnEveryPath) {
     }
     return sum + (with_bias ? bias[e] : -0.0f);
   };
-  for (const bool with_bias : {false, true}) {
-    const RouterWeights weights{
-        w, with_bias ? std::span<const float>(bias) : std::span<const float>(), {}};
-    for (const int64_t tokens : {1, 2, 3, 19}) {
-      const std::vector<float> x = testing::random_activations(tokens, hidden, rng);
-      for (const auto& [e0, e1] : {std::pair{0, experts}, std::pair{3, 10}, std::pair{5, 6}}) {
-        std::vector<float> logits(tokens * experts, 1.0f);
-        router_logits(config, weights, x.data(), tokens, hidden, e0, e1, logits.data());
-        for (int64_t t = 0; t < tokens; ++t) {
-          for (int e = e0; e < e1; ++e) {
-            const float want = spec(x.data() + t * hidden, e, with_bias);
-            const float got = logits[t * experts + e];
-            ASSERT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(got))
-                << "seed " << seed << ", " << tokens << " tokens, experts [" << e0 << ", " << e1
-                << "), token " << t << ", expert " << e << (with_bias ? ", with bias" : "");
+  for (const bool bf16 : {false, true}) {
+    for (const bool with_bias : {false, true}) {
+      const std::span<const float> b =
+          with_bias ? std::span<const float>(bias) : std::span<const float>();
+      const RouterWeights weights = bf16 ? RouterWeights{{}, b, {}, w16} : RouterWeights{w, b, {}};
+      for (const int64_t tokens : {1, 2, 3, 19}) {
+        const std::vector<float> x = testing::random_activations(tokens, hidden, rng);
+        for (const auto& [e0, e1] : {std::pair{0, experts}, std::pair{3, 10}, std::pair{5, 6}}) {
+          std::vector<float> logits(tokens * experts, 1.0f);
+          router_logits(config, weights, x.data(), tokens, hidden, e0, e1, logits.data());
+          for (int64_t t = 0; t < tokens; ++t) {
+            for (int e = 0; e < experts; ++e) {
+              // Outside [e0, e1) nothing is written (another task owns those logits).
+              const float want =
+                  e >= e0 && e < e1 ? spec(x.data() + t * hidden, e, with_bias) : 1.0f;
+              const float got = logits[t * experts + e];
+              ASSERT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(got))
+                  << "seed " << seed << ", " << tokens << " tokens, experts [" << e0 << ", " << e1
+                  << "), token " << t << ", expert " << e << (with_bias ? ", with bias" : "")
+                  << (bf16 ? ", BF16 weights" : "");
+            }
           }
         }
       }

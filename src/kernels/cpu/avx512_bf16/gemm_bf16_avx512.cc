@@ -134,7 +134,7 @@ inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_
 // kernel (FP4MOE_NO_VBMI): 2 threads in the ~36 GB/s mode, 0.92-0.95 of the bandwidth against
 // 0.87-0.89 (NVFP4 968-986 against 1037-1069 us); one thread MXFP4 19.7-20.0 against
 // 18.4-18.7 GB/s, NVFP4 17.7-18.2 against 18.0-18.4. More work per byte (in L2, one thread: MXFP4
-// 21.6 against 23.6 GB/s, NVFP4 18.9 against 22.9), so one token only. Software prefetch 4 KiB
+// 21.6 against 23.6 GB/s, NVFP4 18.9 against 22.9), so one token only. Code-stream prefetch 4 KiB
 // ahead measured alike (within noise), and is left out as in the W4A8 one-tile path. (Those
 // figures predate the software pipelining in bf16_tile, which took one thread, one token,
 // 4096 -> 256 in L2 from NVFP4 ~18 to ~20 GB/s and MXFP4 ~20 to ~22.5, interleaved runs.)

@@ -497,10 +497,8 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 // faster (the block end per token dominates), so this path is one token only. No software
 // prefetch of the code stream: 4 KiB ahead measured slower here (one thread from DRAM, MXFP4
 // 22.0-23.0 against 25.0-27.0 GB/s; NVFP4 alike). The thin scale stream beside it is prefetched
-// in bursts of 4 lines (prefetch_tile_scales, cpu/prefetch.h): one thread, one token,
-// 4096 -> 14336 from DRAM, interleaved, NVFP4 25.2-25.9 -> 30.1-30.8 GB/s (0.72-0.75 -> 0.88 of
-// the bandwidth measured between rounds), MXFP4 26.8-27.3 -> 32.1-33.3 GB/s (0.77-0.79 ->
-// 0.94-0.95).
+// in bursts of 4 lines (prefetch_tile_scales; its figures, measured on this path, are in
+// cpu/prefetch.h).
 //
 // The arithmetic: one vpermb transposes each chunk's 4x4 byte blocks AND interleaves the two
 // chunks, so dword 2r + h holds row r's 4 consecutive k of chunk c + h. Its activation bytes are
