@@ -181,6 +181,14 @@ namespace {
 inline float widen(float w) { return w; }
 inline float widen(uint16_t w) { return formats::decode_bf16(w); }
 
+// The eight partial sums (lo: lanes 0-3, hi: 4-7) folded in the one fixed tree.
+[[gnu::always_inline]] inline float fold8(__m128 lo, __m128 hi) {
+  alignas(16) float p[8];
+  _mm_store_ps(p, lo);
+  _mm_store_ps(p + 4, hi);
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 template <int NT, class W>
 [[gnu::always_inline]] inline void logits_of_row(const W* we, const float* x, int64_t hidden,
                                                  float bias, int e, int ld, float* logits) {
@@ -200,10 +208,7 @@ template <int NT, class W>
   }
   FP4MOE_ROUTER_UNROLL
   for (int t = 0; t < NT; ++t) {
-    alignas(16) float p[8];
-    _mm_store_ps(p, lo[t]);
-    _mm_store_ps(p + 4, hi[t]);
-    float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    float sum = fold8(lo[t], hi[t]);
     for (int64_t r = h; r < hidden; ++r) sum += x[t * hidden + r] * widen(we[r]);
     logits[t * ld + e] = sum + bias;
   }
@@ -233,10 +238,7 @@ template <int NE, class W>
   }
   FP4MOE_ROUTER_UNROLL
   for (int r = 0; r < NE; ++r) {
-    alignas(16) float p[8];
-    _mm_store_ps(p, lo[r]);
-    _mm_store_ps(p + 4, hi[r]);
-    float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    float sum = fold8(lo[r], hi[r]);
     for (int64_t k = h; k < hidden; ++k) sum += x[k] * widen(we[r * hidden + k]);
     logits[e + r] = sum + bias[r];
   }
