@@ -160,12 +160,6 @@ void route_logits(const RouterConfig& c, const RouterWeights& w, const float* lo
 
 namespace {
 
-// Logits of NT tokens (x rows t0 .. t0 + NT - 1) for expert row `we`: each token's sum exactly as
-// a lone token's (eight partial sums over h in steps of 8, folded in one fixed tree, the tail
-// after), so grouping tokens changes no bit; the group reads each weight once for NT tokens. SSE
-// (baseline x86-64): the eight partial sums are two vectors per token, kept in registers (as a
-// float array GCC kept them on the stack), multiplied and added apart (no FMA: the same roundings
-// on every host).
 #define FP4MOE_ROUTER_UNROLL _Pragma("GCC unroll 4")
 
 // Eight router weights from `we`, F32 or BF16 (widened exactly: BF16 is an F32's top half).
@@ -189,58 +183,45 @@ inline float widen(uint16_t w) { return formats::decode_bf16(w); }
   return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 
-template <int NT, class W>
-[[gnu::always_inline]] inline void logits_of_row(const W* we, const float* x, int64_t hidden,
-                                                 float bias, int e, int ld, float* logits) {
-  __m128 lo[NT], hi[NT];
-  FP4MOE_ROUTER_UNROLL
-  for (int t = 0; t < NT; ++t) lo[t] = hi[t] = _mm_setzero_ps();
-  int64_t h = 0;
-  for (; h + 8 <= hidden; h += 8) {
-    __m128 w0, w1;
-    load8(we + h, w0, w1);
-    FP4MOE_ROUTER_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      const float* xt = x + t * hidden + h;
-      lo[t] = _mm_add_ps(lo[t], _mm_mul_ps(_mm_loadu_ps(xt), w0));
-      hi[t] = _mm_add_ps(hi[t], _mm_mul_ps(_mm_loadu_ps(xt + 4), w1));
-    }
-  }
+// Logits of NT tokens (rows of x, stride hidden) against NE expert rows (rows of we, stride hidden)
+// into logits[t * ld + e + r]: each sum exactly as a lone token's against a lone row (eight
+// partial sums over h in steps of 8, folded by fold8, the tail after), so grouping changes no bit.
+// A group reads each weight once for NT tokens and each activation once for NE rows, and runs
+// 2 * NT * NE independent add chains: one token against one row alone waits ~3 cycles per 8 h on
+// its two chains' adds, well below the machine's read bandwidth. SSE (baseline x86-64): the
+// partial sums stay in registers (as a float array GCC kept them on the stack), multiplied and
+// added apart (no FMA: the same roundings on every host).
+template <int NT, int NE, class W>
+[[gnu::always_inline]] inline void logits_block(const W* we, const float* x, int64_t hidden,
+                                                const float* bias, int e, int ld, float* logits) {
+  __m128 lo[NT][NE], hi[NT][NE];
   FP4MOE_ROUTER_UNROLL
   for (int t = 0; t < NT; ++t) {
-    float sum = fold8(lo[t], hi[t]);
-    for (int64_t r = h; r < hidden; ++r) sum += x[t * hidden + r] * widen(we[r]);
-    logits[t * ld + e] = sum + bias;
+    FP4MOE_ROUTER_UNROLL
+    for (int r = 0; r < NE; ++r) lo[t][r] = hi[t][r] = _mm_setzero_ps();
   }
-}
-
-// One token against NE expert rows (we, we + hidden, ...): each row's sum exactly as
-// logits_of_row<1>'s (its eight partial sums in h order, the same fold and tail). A lone row's
-// two add chains wait ~3 cycles per 8 h on each other's adds (latency-bound well below the
-// machine's read bandwidth); NE rows side by side give NE times the independent chains and share
-// each load of x.
-template <int NE, class W>
-[[gnu::always_inline]] inline void logits_of_rows_1t(const W* we, const float* x, int64_t hidden,
-                                                     const float* bias, int e, float* logits) {
-  __m128 lo[NE], hi[NE];
-  FP4MOE_ROUTER_UNROLL
-  for (int r = 0; r < NE; ++r) lo[r] = hi[r] = _mm_setzero_ps();
   int64_t h = 0;
   for (; h + 8 <= hidden; h += 8) {
-    const __m128 x0 = _mm_loadu_ps(x + h), x1 = _mm_loadu_ps(x + h + 4);
     FP4MOE_ROUTER_UNROLL
     for (int r = 0; r < NE; ++r) {
       __m128 w0, w1;
       load8(we + r * hidden + h, w0, w1);
-      lo[r] = _mm_add_ps(lo[r], _mm_mul_ps(x0, w0));
-      hi[r] = _mm_add_ps(hi[r], _mm_mul_ps(x1, w1));
+      FP4MOE_ROUTER_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + t * hidden + h;
+        lo[t][r] = _mm_add_ps(lo[t][r], _mm_mul_ps(_mm_loadu_ps(xt), w0));
+        hi[t][r] = _mm_add_ps(hi[t][r], _mm_mul_ps(_mm_loadu_ps(xt + 4), w1));
+      }
     }
   }
   FP4MOE_ROUTER_UNROLL
-  for (int r = 0; r < NE; ++r) {
-    float sum = fold8(lo[r], hi[r]);
-    for (int64_t k = h; k < hidden; ++k) sum += x[k] * widen(we[r * hidden + k]);
-    logits[e + r] = sum + bias[r];
+  for (int t = 0; t < NT; ++t) {
+    FP4MOE_ROUTER_UNROLL
+    for (int r = 0; r < NE; ++r) {
+      float sum = fold8(lo[t][r], hi[t][r]);
+      for (int64_t k = h; k < hidden; ++k) sum += x[t * hidden + k] * widen(we[r * hidden + k]);
+      logits[t * ld + e + r] = sum + bias[r];
+    }
   }
 }
 
@@ -271,15 +252,15 @@ void router_logits_of(const RouterConfig& c, const RouterWeights& w, const W* we
     for (; e + kRows <= e_end; e += kRows) {
       const float bias[kRows] = {bias_of(e), bias_of(e + 1), bias_of(e + 2), bias_of(e + 3)};
       for (int64_t t = 0; t < tokens; ++t) {
-        logits_of_rows_1t<kRows>(weight + e * hidden, x + t * hidden, hidden, bias, e,
-                                 logits + t * c.num_experts);
+        logits_block<1, kRows>(weight + e * hidden, x + t * hidden, hidden, bias, e, c.num_experts,
+                               logits + t * c.num_experts);
       }
     }
     for (; e < e_end; ++e) {
       const float bias[1] = {bias_of(e)};
       for (int64_t t = 0; t < tokens; ++t) {
-        logits_of_rows_1t<1>(weight + e * hidden, x + t * hidden, hidden, bias, e,
-                             logits + t * c.num_experts);
+        logits_block<1, 1>(weight + e * hidden, x + t * hidden, hidden, bias, e, c.num_experts,
+                           logits + t * c.num_experts);
       }
     }
     return;
@@ -288,15 +269,15 @@ void router_logits_of(const RouterConfig& c, const RouterWeights& w, const W* we
     const int64_t t1 = std::min(tokens, t0 + kTokenTile);
     for (int e = e_begin; e < e_end; ++e) {
       const W* we = weight + e * hidden;
-      const float bias = bias_of(e);
+      const float bias[1] = {bias_of(e)};
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
-        logits_of_row<4>(we, x + t * hidden, hidden, bias, e, c.num_experts,
-                         logits + t * c.num_experts);
+        logits_block<4, 1>(we, x + t * hidden, hidden, bias, e, c.num_experts,
+                           logits + t * c.num_experts);
       }
       for (; t < t1; ++t) {
-        logits_of_row<1>(we, x + t * hidden, hidden, bias, e, c.num_experts,
-                         logits + t * c.num_experts);
+        logits_block<1, 1>(we, x + t * hidden, hidden, bias, e, c.num_experts,
+                           logits + t * c.num_experts);
       }
     }
   }
