@@ -245,7 +245,8 @@ const CommandRegistrar registrar{Command{
                      "force an ISA: scalar | avx2 | avx512 | avx512_vnni | avx512_bf16 | amx_int8");
       app.add_option("--precision", o->precision,
                      "w4a16 (exact: F32 activations) | w4a8 (int8 activations per block, the "
-                     "separate W4A8 kernels; FP4 formats)")
+                     "separate W4A8 kernels; FP4 formats; an MoE layer's FP8 matrices take BF16 "
+                     "activations)")
           ->capture_default_str();
       app.add_option(
              "--activations", o->activations,

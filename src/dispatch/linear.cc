@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "dispatch/cpu_features.h"
 #include "formats/scalar.h"
@@ -165,6 +166,21 @@ void LinearPlan::run_bf16(const uint16_t* x, int64_t m, float* y, int64_t ldy,
   FP4MOE_CHECK(static_cast<int64_t>(scratch.size()) >= count);
   for (int64_t i = 0; i < count; ++i) scratch[i] = formats::decode_bf16(x[i]);
   run(scratch.data(), w_->k, m, y, ldy, pool);
+}
+
+void LinearPlan::run_tiles_bf16(const uint16_t* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                                int64_t tile_begin, int64_t tile_end) const {
+  if (bf16_ != nullptr) {
+    bf16_->fn(*w_, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
+  thread_local std::vector<float> widened;
+  widened.resize(static_cast<size_t>(m * w_->k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < w_->k; ++j)
+      widened[i * w_->k + j] = formats::decode_bf16(x[i * ldx + j]);
+  }
+  kernel_->fn(*w_, widened.data(), w_->k, m, y, ldy, tile_begin, tile_end);
 }
 
 std::string LinearPlan::describe() const {

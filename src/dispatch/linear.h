@@ -86,6 +86,12 @@ class LinearPlan {
     kernel_->fn(*w_, x, ldx, m, y, ldy, tile_begin, tile_end);
   }
 
+  // BF16 activations x [m, k] (row stride ldx), tiles [tile_begin, tile_end) on the calling
+  // thread: the BF16-activation kernel where the plan has one, else the exact kernel on the values
+  // widened to F32 (exactly) in a per-thread buffer.
+  void run_tiles_bf16(const uint16_t* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                      int64_t tile_begin, int64_t tile_end) const;
+
   // W4A8 plans: the product over activations already quantized for this plan's block ...
   void run_w4a8(const kernels::QuantizedActivations& x, int64_t m, float* y, int64_t ldy,
                 ThreadPool& pool) const;

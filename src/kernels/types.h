@@ -106,6 +106,10 @@ using GemmKernel = void (*)(const PackedMatrix& w, const float* x, int64_t ldx, 
 //    with subnormal inputs and results flushed to zero (vdpbf16ps: DAZ, FTZ, round to nearest);
 //  - the block's sum (c0 + c1) + (c2 + c3), times the F32 block scale, added to the row's total by
 //    one fma (chains and total start at zero); the output is the total times the tensor scale.
+//  - FP8 block-128 (E4M3 is exact in BF16, subnormals included): per row and 128-k scale block,
+//    chain 2 * (c % 2) + p takes the pair (4c + 2p, 4c + 2p + 1) of each 4-k chunk c of the block
+//    (a pair past K as +0 weights times +0 activations), the same sum and fma with the block's F32
+//    scale; the output is the total (no tensor scale).
 // Outside the exactness statement: activations below 2^-126 (BF16 subnormals, read as zero) and
 // partial sums below 2^-126 (flushed), both only perturb contributions below ~1e-38 before scaling.
 using GemmBf16Kernel = void (*)(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m,

@@ -17,6 +17,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
+#include "formats/scalar.h"
+
 namespace fp4moe::moe {
 namespace {
 
@@ -109,6 +112,17 @@ void apply_gated_activation(const ActivationConfig& act, float* gate, const floa
   }
 }
 
+namespace {
+
+// rows x k of x (row stride ldx) rounded to BF16 (nearest-even) into out (row stride k).
+void round_rows_bf16(const float* x, int64_t ldx, int64_t rows, int64_t k, uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < k; ++j) out[r * k + j] = formats::encode_bf16(x[r * ldx + j]);
+  }
+}
+
+}  // namespace
+
 Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& router,
                                   std::vector<ExpertWeights> experts,
                                   std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
@@ -123,6 +137,7 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
   MoeLayer layer;
   layer.config_ = config;
   layer.router_ = router;
+  layer.precision_ = precision;
   // Router weights that are all exact in BF16 (a checkpoint's BF16 router) are kept as BF16: the
   // same logits from half the bytes (RouterWeights::weight_bf16).
   const bool bf16 = std::all_of(router.weight.begin(), router.weight.end(), [](float v) {
@@ -244,15 +259,30 @@ Result<MoeLayer> MoeLayer::create(const MoeConfig& config, const RouterWeights& 
         dispatch::QuantizedActivationBuffer(static_cast<int64_t>(layer.shared_.size()) * max_tokens,
                                             max_shared_inter, shared_act.block);
   }
+  auto any_bf16 = [&layer](const std::vector<Expert>& experts, auto member) {
+    return std::any_of(experts.begin(), experts.end(),
+                       [&](const Expert& e) { return layer.takes_bf16(e.*member); });
+  };
+  if (any_bf16(layer.experts_, &Expert::gate) || any_bf16(layer.experts_, &Expert::up)) {
+    layer.routed_in_b_.resize(layer.xg_.size());
+  }
+  if (any_bf16(layer.shared_, &Expert::gate) || any_bf16(layer.shared_, &Expert::up)) {
+    layer.shared_in_b_.resize(max_tokens * h);
+  }
+  if (any_bf16(layer.experts_, &Expert::down)) layer.routed_act_b_.resize(layer.gate_.size());
+  if (any_bf16(layer.shared_, &Expert::down)) {
+    layer.shared_act_b_.resize(layer.shared_gate_.size());
+  }
   // Upper bound on tasks per phase: every matrix cut into at most 64 tasks.
   layer.tasks_.reserve((layer.experts_.size() + layer.shared_.size()) * 2 * 64);
   layer.order_.reserve(layer.tasks_.capacity());
   return layer;
 }
 
-void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx,
-                         const kernels::QuantizedActivations& xq, int64_t m, float* y, int64_t ldy,
-                         int threads) {
+void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, const uint16_t* xb,
+                         int64_t ldx, const kernels::QuantizedActivations& xq, int64_t m, float* y,
+                         int64_t ldy, int threads) {
+  FP4MOE_CHECK(!takes_bf16(plan) || xb != nullptr);
   // Long contiguous tile ranges keep each task one prefetchable stream; a few per thread balance
   // the load when experts differ in size. At least 16 tiles (128 rows) per task. Unlike a lone
   // product (dispatch::tile_tasks), the layer's many tasks from several matrices already keep
@@ -262,7 +292,8 @@ void MoeLayer::add_tasks(const dispatch::LinearPlan& plan, const float* x, int64
   const int64_t per_task =
       std::max<int64_t>(16, (tiles + 2 * threads - 1) / (2 * int64_t{threads}));
   for (int64_t b = 0; b < tiles; b += per_task) {
-    tasks_.push_back(Task{&plan, x, xq, ldx, m, y, ldy, b, std::min(tiles, b + per_task)});
+    tasks_.push_back(Task{&plan, x, takes_bf16(plan) ? xb : nullptr, xq, ldx, m, y, ldy, b,
+                          std::min(tiles, b + per_task)});
   }
 }
 
@@ -285,6 +316,8 @@ void MoeLayer::run_tasks(ThreadPool& pool, size_t routed_end) {
     const Task& t = order_[i];
     if (t.plan->precision() == dispatch::Precision::kW4A8) {
       t.plan->run_tiles_w4a8(t.xq, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
+    } else if (t.xb != nullptr) {
+      t.plan->run_tiles_bf16(t.xb, t.ldx, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
     } else {
       t.plan->run_tiles(t.x, t.ldx, t.m, t.y, t.ldy, t.tile_begin, t.tile_end);
     }
@@ -349,7 +382,18 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     shared_in_q_.quantize(x, h, tokens, h, quantizer_, pool);
     clock.job();
   }
-  if (routed_in_w4a8_ || shared_in_w4a8_) clock.end(MoePhase::kQuantize);
+  // BF16 (takes_bf16): the tokens on this thread (one row per token), the grouped inputs of
+  // routed experts that take them by rows over the pool.
+  if (!shared_in_b_.empty()) round_rows_bf16(x, h, tokens, h, shared_in_b_.data());
+  if (!routed_in_b_.empty()) {
+    pool.run(slots, [&](int64_t r, int) {
+      round_rows_bf16(xg_.data() + r * h, h, 1, h, routed_in_b_.data() + r * h);
+    });
+    clock.job();
+  }
+  if (routed_in_w4a8_ || shared_in_w4a8_ || !shared_in_b_.empty() || !routed_in_b_.empty()) {
+    clock.end(MoePhase::kQuantize);
+  }
 
   // Phase 1: gate and up products of every active expert and every shared expert.
   // Read by the logits phase above (one of the two is empty).
@@ -360,9 +404,10 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     const int64_t off = offsets_[e];
     const kernels::QuantizedActivations xq =
         routed_in_w4a8_ ? routed_in_q_.view(off) : kernels::QuantizedActivations{};
-    add_tasks(ex.gate, xg_.data() + off * h, h, xq, counts_[e], gate_.data() + off * max_inter_,
+    const uint16_t* xb = routed_in_b_.empty() ? nullptr : routed_in_b_.data() + off * h;
+    add_tasks(ex.gate, xg_.data() + off * h, xb, h, xq, counts_[e], gate_.data() + off * max_inter_,
               max_inter_, threads);
-    add_tasks(ex.up, xg_.data() + off * h, h, xq, counts_[e], up_.data() + off * max_inter_,
+    add_tasks(ex.up, xg_.data() + off * h, xb, h, xq, counts_[e], up_.data() + off * max_inter_,
               max_inter_, threads);
     last_bytes_ +=
         ex.w.gate->streamed_bytes() + ex.w.up->streamed_bytes() + ex.w.down->streamed_bytes();
@@ -372,9 +417,10 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
   const kernels::QuantizedActivations shared_xq =
       shared_in_w4a8_ ? shared_in_q_.view(0) : kernels::QuantizedActivations{};
   for (const Expert& ex : shared_) {
-    add_tasks(ex.gate, x, h, shared_xq, tokens, shared_gate_.data() + shared_off * tokens, ex.inter,
-              threads);
-    add_tasks(ex.up, x, h, shared_xq, tokens, shared_up_.data() + shared_off * tokens, ex.inter,
+    const uint16_t* xb = shared_in_b_.empty() ? nullptr : shared_in_b_.data();
+    add_tasks(ex.gate, x, xb, h, shared_xq, tokens, shared_gate_.data() + shared_off * tokens,
+              ex.inter, threads);
+    add_tasks(ex.up, x, xb, h, shared_xq, tokens, shared_up_.data() + shared_off * tokens, ex.inter,
               threads);
     shared_off += ex.inter;
     last_bytes_ +=
@@ -394,6 +440,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
                              ex.w.gate_bias, ex.w.up_bias);
       if (ex.down.precision() == dispatch::Precision::kW4A8) {
         routed_act_q_.quantize_rows(g, max_inter_, r, 1, ex.inter, quantizer_);
+      } else if (takes_bf16(ex.down)) {
+        round_rows_bf16(g, max_inter_, 1, ex.inter, routed_act_b_.data() + r * max_inter_);
       }
       return;
     }
@@ -406,6 +454,8 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
     apply_gated_activation(config_.shared_activation, g, u, ex.inter, ex.w.gate_bias, ex.w.up_bias);
     if (ex.down.precision() == dispatch::Precision::kW4A8) {
       shared_act_q_.quantize_rows(g, ex.inter, s * max_tokens_ + t, 1, ex.inter, quantizer_);
+    } else if (takes_bf16(ex.down)) {
+      round_rows_bf16(g, ex.inter, 1, ex.inter, shared_act_b_.data() + (g - shared_gate_.data()));
     }
   });
   clock.job();
@@ -419,8 +469,9 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
         experts_[e].down.precision() == dispatch::Precision::kW4A8
             ? routed_act_q_.view(off)
             : kernels::QuantizedActivations{};
-    add_tasks(experts_[e].down, gate_.data() + off * max_inter_, max_inter_, aq, counts_[e],
-              out_.data() + off * h, h, threads);
+    add_tasks(experts_[e].down, gate_.data() + off * max_inter_,
+              routed_act_b_.empty() ? nullptr : routed_act_b_.data() + off * max_inter_, max_inter_,
+              aq, counts_[e], out_.data() + off * h, h, threads);
   }
   routed_end = tasks_.size();
   shared_off = 0;
@@ -429,8 +480,9 @@ Status MoeLayer::forward(const float* x, int64_t tokens, float* y, ThreadPool& p
         shared_[s].down.precision() == dispatch::Precision::kW4A8
             ? shared_act_q_.view(static_cast<int64_t>(s) * max_tokens_)
             : kernels::QuantizedActivations{};
-    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens, shared_[s].inter, aq,
-              tokens, shared_out_.data() + s * tokens * h, h, threads);
+    add_tasks(shared_[s].down, shared_gate_.data() + shared_off * tokens,
+              shared_act_b_.empty() ? nullptr : shared_act_b_.data() + shared_off * tokens,
+              shared_[s].inter, aq, tokens, shared_out_.data() + s * tokens * h, h, threads);
     shared_off += shared_[s].inter;
   }
   run_tasks(pool, routed_end);

@@ -79,9 +79,11 @@ class MoeLayer {
   // Checks shapes and parameters, plans every product (one kernel choice per matrix) and sizes
   // the workspace for up to `max_tokens` per forward call. With Precision::kW4A8 every FP4 matrix
   // runs the W4A8 kernel (its activations quantized to int8 once per forward and role: gate and
-  // up share one quantization); FP8 matrices stay exact, as there is no W4A8 FP8 kernel. The
-  // routed experts' FP4 matrices must then share one format (one activation block), as must the
-  // shared experts'.
+  // up share one quantization); FP8 matrices, which have no int8 kernel, take the activations
+  // rounded to BF16 (8 significant bits, finer than the FP4 products' int8 per block) through the
+  // BF16-activation kernels (exact products of the rounded activations; on a host without one the
+  // exact kernel runs on them widened), the same rounding on every host. The routed experts' FP4
+  // matrices must then share one format (one activation block), as must the shared experts'.
   static Result<MoeLayer> create(const MoeConfig& config, const RouterWeights& router,
                                  std::vector<ExpertWeights> experts,
                                  std::vector<ExpertWeights> shared_experts, int64_t max_tokens,
@@ -109,16 +111,24 @@ class MoeLayer {
   struct Task {  // one range of tiles of one product
     const dispatch::LinearPlan* plan;
     const float* x;                    // exact plans
+    const uint16_t* xb;                // exact plans that take BF16 activations (stride ldx)
     kernels::QuantizedActivations xq;  // W4A8 plans
     int64_t ldx, m;
     float* y;
     int64_t ldy, tile_begin, tile_end;
   };
   MoeLayer() = default;
-  // x feeds an exact plan, xq (the same rows, quantized) a W4A8 one.
-  void add_tasks(const dispatch::LinearPlan& plan, const float* x, int64_t ldx,
+  // x feeds an exact plan, xq (the same rows, quantized) a W4A8 one, xb (the same rows as BF16)
+  // an exact one that takes_bf16().
+  void add_tasks(const dispatch::LinearPlan& plan, const float* x, const uint16_t* xb, int64_t ldx,
                  const kernels::QuantizedActivations& xq, int64_t m, float* y, int64_t ldy,
                  int threads);
+  // Whether `plan` takes BF16-rounded activations: an exact plan (a format without W4A8 kernels,
+  // i.e. FP8) in a W4A8 layer.
+  bool takes_bf16(const dispatch::LinearPlan& plan) const {
+    return precision_ == dispatch::Precision::kW4A8 &&
+           plan.precision() == dispatch::Precision::kExact;
+  }
   // Runs tasks_ [0, routed_end) (routed products) and [routed_end, end) (shared products),
   // the shared ones spread evenly among the routed ones (see the definition).
   void run_tasks(ThreadPool& pool, size_t routed_end);
@@ -149,6 +159,10 @@ class MoeLayer {
   // for the shared experts, and the gated activations feeding the routed / shared down products.
   dispatch::QuantizedActivationBuffer routed_in_q_, shared_in_q_, routed_act_q_, shared_act_q_;
   bool routed_in_w4a8_ = false, shared_in_w4a8_ = false;
+  // BF16 activations (takes_bf16), each empty when no plan of that role takes them; indexed as the
+  // F32 buffer they round: xg_, the tokens (x), gate_ and shared_gate_.
+  std::vector<uint16_t> routed_in_b_, shared_in_b_, routed_act_b_, shared_act_b_;
+  dispatch::Precision precision_ = dispatch::Precision::kExact;
   // The activation quantizer of the W4A8 plans, resolved once at create (nullptr when none is
   // W4A8).
   kernels::QuantizeActivationsFn quantizer_ = nullptr;

@@ -30,6 +30,21 @@ constexpr uint16_t e2m1_bf16_bits(int code) {
 static_assert(e2m1_bf16_bits(1) == 0x3F00 && e2m1_bf16_bits(7) == 0x40C0 &&
               e2m1_bf16_bits(15) == 0xC0C0 && e2m1_bf16_bits(8) == 0);
 
+// The E4M3 (FP8) value of `code` as BF16 bits, exact: E4M3 has at most 4 significant bits, and
+// its subnormals (m * 2^-9) are BF16 normals, so vdpbf16ps's DAZ never sees them. -0 stays -0 (the
+// sign bit is OR-ed in, as the AVX512-BF16 kernel does), NaN (S.1111.111) is a quiet BF16 NaN.
+constexpr uint16_t e4m3_bf16_bits(int code) {
+  const int sign = (code & 0x80) << 8, mag = code & 0x7F, e = mag >> 3, m = mag & 7;
+  if (mag == 0x7F) return static_cast<uint16_t>(sign | 0x7FC0);
+  if (mag == 0) return static_cast<uint16_t>(sign);
+  if (e > 0) return static_cast<uint16_t>(sign | (e + 120) << 7 | m << 4);
+  const int p = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m * 2^-9 = (m / 2^p) * 2^(p - 9), normalized
+  return static_cast<uint16_t>(sign | (118 + p) << 7 | ((m << (7 - p)) & 0x7F));
+}
+static_assert(e4m3_bf16_bits(0x38) == 0x3F80 && e4m3_bf16_bits(0x7E) == 0x43E0 &&
+              e4m3_bf16_bits(0x01) == 0x3B00 && e4m3_bf16_bits(0x83) == 0xBBC0 &&
+              e4m3_bf16_bits(0x80) == 0x8000);
+
 // Zero (of the same sign) for an F32 subnormal, the value itself otherwise.
 inline float bf16_flush_subnormal(float v) {
   return std::fabs(v) < std::numeric_limits<float>::min() ? std::copysign(0.0f, v) : v;

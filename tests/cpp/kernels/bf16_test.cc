@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -36,14 +37,18 @@ struct Shape {
 };
 
 // M = 1 .. 9 (the 4-token groups: whole, remainder 1-3, two groups + 1), 13, 64; N = 1, a tile - 1
-// / + 1, a tile pair + 1, 136 (a lone last tile); K = one block, two (the one-token path's pipeline
-// at its shortest), three blocks, 2048 + 3 blocks.
+// / + 1, a tile pair + 1, 136 (a lone last tile; FP8: 17 tiles, so pairs start odd after one);
+// K = one block, two (the one-token path's pipeline at its shortest), three blocks, 2048 + 3
+// blocks. FP8 (any K, scales per 128): K = 1, 2, 3 and 2051 (partial chunks, an odd chunk count),
+// 128 and 260 (whole scale blocks, and a partial last one).
 std::vector<Shape> bf16_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
+  std::vector<int64_t> ks = {kb, 2 * kb, 3 * kb, 2048 + 3 * kb};
+  if (format == WeightFormat::kFp8Block128) ks.insert(ks.end(), {128, 260});
   std::vector<Shape> out;
   for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
-      for (int64_t k : {kb, 2 * kb, 3 * kb, 2048 + 3 * kb}) {
+      for (int64_t k : ks) {
         if (m * n * k > (int64_t{1} << 23)) continue;
         out.push_back({m, n, k});
       }
@@ -168,6 +173,9 @@ TEST_P(Bf16KernelTest, MatchesScalarWhereTheSumsRound) {
 TEST_P(Bf16KernelTest, ExactWhereEverySumFitsF32) {
   const auto& kernel = GetParam();
   if (!dispatch::host_supports(kernel.isa)) GTEST_SKIP() << "host lacks this ISA";
+  // Built from FP4 codes and one FP4 block scale per row; FP8's decode is pinned exhaustively
+  // (E4m3Bf16Bits) and its products are exact by the same argument (4 + 8 significant bits).
+  if (kernel.format == WeightFormat::kFp8Block128) GTEST_SKIP() << "FP4 formats only";
   const uint32_t seed = 0xE8AC7u + static_cast<uint32_t>(kernel.isa);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -242,6 +250,23 @@ INSTANTIATE_TEST_SUITE_P(All, Bf16KernelTest,
                          ::testing::ValuesIn(kernels::all_bf16_kernels().begin(),
                                              kernels::all_bf16_kernels().end()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// E4M3 to BF16 (the FP8 kernels' decode, their tables built from it): every code, against the
+// library's E4M3 decoder; every value is exact in BF16 and normal there (DAZ never drops one).
+TEST(E4m3Bf16Bits, EveryCodeIsItsE4m3ValueAsANormalBf16) {
+  for (int code = 0; code < 256; ++code) {
+    SCOPED_TRACE("code " + std::to_string(code));
+    const uint16_t bits = kernels::e4m3_bf16_bits(code);
+    const float want = formats::decode_e4m3(static_cast<uint8_t>(code));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(formats::decode_bf16(bits)));
+      continue;
+    }
+    EXPECT_EQ(std::bit_cast<uint32_t>(formats::decode_bf16(bits)), std::bit_cast<uint32_t>(want));
+    EXPECT_TRUE(want == 0 || std::fabs(want) >= std::numeric_limits<float>::min());
+    EXPECT_EQ(kernels::bf16_flush_subnormal(formats::decode_bf16(bits)), want);
+  }
+}
 
 // The lane arithmetic itself (bf16_pair_dot) against its definition on values where the order
 // shows: the odd product first, each addition rounded, subnormals flushed.

@@ -105,17 +105,28 @@ reference::DenseExpertView dense_view(const TestExpert& e) {
           e.down_bias,        e.gate.n};
 }
 
+// ref_expert's `block` for a product whose activations are rounded to BF16 (not quantized).
+constexpr int kBf16Activations = -1;
+
 // The W4A8 activation block of a product with these weights: the family covers the FP4 formats
-// (block = the weight's K block, kernels/types.h); 0 for FP8, which stays exact in a W4A8 layer.
+// (block = the weight's K block, kernels/types.h); FP8 takes BF16-rounded activations in a W4A8
+// layer (MoeLayer::create).
 int w4a8_block(WeightFormat f) {
   switch (f) {
     case WeightFormat::kNvfp4:
     case WeightFormat::kMxfp4:
       return kernels::weight_format_k_block(f);
     case WeightFormat::kFp8Block128:
-      return 0;
+      return kBf16Activations;
   }
   return 0;
+}
+
+// v rounded to the nearest BF16 value (ties to even), in FP64: monotone, as the layer's rounding.
+double round_bf16(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const double ulp = std::ldexp(1.0, std::ilogb(v) - 7);  // 8 significant bits
+  return std::nearbyint(v / ulp) * ulp;
 }
 
 constexpr double kF32Rounding = 0x1p-24;
@@ -141,9 +152,10 @@ double activation_error(const ActivationConfig& a, double g, double u, double dg
 }
 
 // Expert output, its abs-sum scale and `slack` per output row. `block` 0: the exact products.
-// `block` > 0: the W4A8 products, whose inputs are what the layer quantizes them to per block:
-// the input x by the library's scalar quantizer (every ISA's gives the same bits, and the kernel
-// tests check it against its definition), the gated activations by that definition in FP64
+// `block` kBf16Activations: the inputs rounded to BF16, exact products of them (FP8 in a W4A8
+// layer). `block` > 0: the W4A8 products, whose inputs are what the layer quantizes them to per
+// block: the input x by the library's scalar quantizer (every ISA's gives the same bits, and the
+// kernel tests check it against its definition), the gated activations by that definition in FP64
 // (q = nearest-even(v * 127 / amax), scale amax / 127). `slack` bounds, per output row, how far
 // the layer's F32 pipeline may legitimately be from this FP64 one: the F32 error of each product
 // (the kernel tests' (K, or K / block for W4A8, + 4) * 2^-24 of its abs-sum), the gate/up part
@@ -155,6 +167,9 @@ void ref_expert(const TestExpert& e, const ActivationConfig& act, const float* x
                 std::vector<double>& slack) {
   const int64_t inter = e.gate.n;
   std::vector<double> xin(x, x + h);
+  if (block == kBf16Activations) {
+    for (int64_t j = 0; j < h; ++j) xin[j] = formats::decode_bf16(formats::encode_bf16(x[j]));
+  }
   if (block > 0) {
     const auto* quantizer = kernels::find_activation_quantizer(kernels::Isa::kScalar);
     std::vector<int8_t> q(h);
@@ -185,6 +200,14 @@ void ref_expert(const TestExpert& e, const ActivationConfig& act, const float* x
   if (block == 0) {
     xd = hid;
     dxd = dhid;
+  } else if (block == kBf16Activations) {
+    // The layer rounds its F32 activation, within dhid of hid, to BF16: rounding is monotone, so
+    // the result lies between the roundings of hid - dhid and hid + dhid.
+    for (int64_t i = 0; i < inter; ++i) {
+      xd[i] = round_bf16(hid[i]);
+      dxd[i] = std::max(std::fabs(round_bf16(hid[i] - dhid[i]) - xd[i]),
+                        std::fabs(round_bf16(hid[i] + dhid[i]) - xd[i]));
+    }
   } else {
     for (int64_t b = 0; b < inter / block; ++b) {
       double amax = 0, damax = 0;
@@ -553,17 +576,35 @@ void check_w4a8_against_reference(const Fixture& fx, int64_t tokens, uint32_t se
   }
 }
 
-TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithExactFp8Shared) {
+TEST(MoeLayerW4A8, DeepSeekV4Nvfp4RoutedWithBf16ActivationFp8Shared) {
   const uint32_t seed = 481;
   std::mt19937 rng(seed);
   const Fixture fx = deepseek_v4_fixture(rng);
   for (int64_t t : {1, 4, 17}) check_w4a8_against_reference(fx, t, seed, "deepseek-v4");
-  // FP4 products run the W4A8 kernels; the FP8 shared expert stays exact.
+  // FP4 products run the W4A8 kernels; the FP8 shared expert takes BF16 activations, through
+  // the BF16-activation kernel where the host has one.
   auto layer = make_layer(fx, 4, dispatch::best_host_isa(), dispatch::Precision::kW4A8);
   ASSERT_TRUE(layer.ok());
   const std::string d = layer->describe();
   EXPECT_NE(d.find("nvfp4_gemm_w4a8"), std::string::npos) << d;
   EXPECT_NE(d.find("fp8b128_gemm_"), std::string::npos) << d;
+}
+
+// A DeepSeek-V3-style layer, FP8 block-128 throughout: in a W4A8 layer every product takes
+// BF16-rounded activations (routed inputs grouped by expert, routed gated activations, the
+// shared ones), on every host (without a BF16-activation kernel the exact kernel runs on them).
+TEST(MoeLayerW4A8, Fp8RoutedAndSharedTakeBf16Activations) {
+  const uint32_t seed = 484;
+  std::mt19937 rng(seed);
+  Fixture fx;
+  fx.config.hidden = kHidden;
+  fx.config.router = {8, 3, ScoringFunc::kSigmoid, WeightRule::kScoresAtSelected, true, 2.5f, 1, 1};
+  fx.config.routed_activation = {GatedActivation::kSwiGlu, 0.0f, 1.702f};
+  fx.config.shared_activation = fx.config.routed_activation;
+  fx.routed_format = WeightFormat::kFp8Block128;
+  fx.shared_format = WeightFormat::kFp8Block128;
+  build(fx, 1, kInter, rng);
+  for (int64_t t : {1, 2, 5, 13}) check_w4a8_against_reference(fx, t, seed, "fp8 throughout");
 }
 
 // The per-phase times of a forward call (what `fp4moe bench --moe` reports as the layer's own

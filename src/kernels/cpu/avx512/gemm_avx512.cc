@@ -32,6 +32,9 @@ namespace {
 
 using avx512::decode_block_scales;
 using avx512::Fp4TilePair;
+using avx512::fp8_chunk_rows;
+using avx512::fp8_pair_at;
+using avx512::Fp8Pair;
 using avx512::load_pair;
 using avx512::row_mask;
 
@@ -149,50 +152,6 @@ inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, floa
       }
     }
   }
-}
-
-// FP8: the AVX2 FP16 route per tile (see gemm_avx2.cc), then the two tiles' 8-row halves of one k
-// are joined (vperm2i128) so one vcvtph2ps makes 16 rows.
-inline __m256i e4m3_to_fp16_words(__m256i bytes_as_words) {
-  return _mm256_and_si256(_mm256_srai_epi16(bytes_as_words, 1),
-                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
-}
-
-// The 16 rows of an FP8 tile pair at the 4 k of one chunk (a: rows 0-7, b: rows 8-15 or zeros),
-// as F32 times 2^-8 (the FP16 route's bias).
-inline void fp8_chunk_rows(const uint8_t* a, const uint8_t* b, __m512 (&wk)[kFp8ChunkK]) {
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-  const __m256i vb = b == nullptr ? zero : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-  const __m256i ea = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, va));  // k0 | k2
-  const __m256i oa = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, va));  // k1 | k3
-  const __m256i eb = e4m3_to_fp16_words(_mm256_unpacklo_epi8(zero, vb));
-  const __m256i ob = e4m3_to_fp16_words(_mm256_unpackhi_epi8(zero, vb));
-  wk[0] = _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x20));
-  wk[1] = _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x20));
-  wk[2] = _mm512_cvtph_ps(_mm256_permute2x128_si256(ea, eb, 0x31));
-  wk[3] = _mm512_cvtph_ps(_mm256_permute2x128_si256(oa, ob, 0x31));
-}
-
-// FP8 tiles t and t + 1 from an even t (both in one 128-row scale block), or tile t alone.
-struct Fp8Pair {
-  const uint8_t* codes_a;
-  const uint8_t* codes_b;  // nullptr: a lone tile
-  const float* scales;     // the pair's row of [ceil(n/128), ceil(k/128)] scales
-  int rows;
-  int64_t first_row;
-};
-
-inline Fp8Pair fp8_pair_at(const PackedMatrix& w, int64_t t, bool with_next) {
-  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
-  Fp8Pair p;
-  p.codes_a = w.codes + t * w.chunks * kChunkBytes;
-  p.codes_b = with_next ? p.codes_a + w.chunks * kChunkBytes : nullptr;
-  p.scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
-  p.rows = static_cast<int>(
-      std::min<int64_t>(with_next ? 2 * kTileRows : kTileRows, w.n - t * kTileRows));
-  p.first_row = t * kTileRows;
-  return p;
 }
 
 // Rows of an FP8 pair, k in [k0, k0 + kc) (k0 a multiple of 128, kc <= 128: one scale block), into

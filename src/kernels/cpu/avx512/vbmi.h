@@ -45,6 +45,16 @@ constexpr bool kVbmiAsm = false;
 #endif
 }
 
+// out byte o = (idx[o] & 64 ? hi : lo)[idx[o] & 63] (vpermt2b; bit 7 of an index is ignored).
+[[gnu::always_inline]] inline __m512i vpermt2b(__m512i lo, __m512i idx, __m512i hi) {
+#if defined(__AVX512BW__)
+  asm("vpermt2b %[h], %[i], %[o]" : [o] "+v"(lo) : [i] "v"(idx), [h] "v"(hi));
+  return lo;
+#else
+  return _mm512_permutex2var_epi8(lo, idx, hi);
+#endif
+}
+
 // Whether this host runs vpermb: cpuid's VBMI bit in a real build, always in the emulated one.
 // FP4MOE_NO_VBMI (any value) says no, so a VBMI host also runs the kernels' other variants
 // natively (tests/cpp/kernels/CMakeLists.txt runs the kernel tests once more with it).
