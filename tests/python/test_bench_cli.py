@@ -46,14 +46,15 @@ def host_has_avx512_bf16() -> bool:
 @pytest.mark.parametrize("m", [1, 4, 5])
 def test_gemv_bf16_activations(fmt, m):
     """BF16 activations: the BF16-activation kernel at every M where the host has AVX512-BF16
-    (FP4 only), the exact F32 kernel otherwise; W4A8 takes F32 activations only (bad input)."""
+    (FP4 and FP8), the exact F32 kernel otherwise; W4A8 takes F32 activations only (bad input)."""
     proc = run("bench", "--gemv", "--format", fmt, "--m", m, "--k", 256, "--n", 72, "--min-gib", 0.001,
                "--seconds", 0.02, "--activations", "bf16", "--json")
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["activations"] == "bf16" and r["precision"] == "w4a16"
-    bf16_kernel = fmt != "fp8_block" and host_has_avx512_bf16()
-    assert r["kernel"] == (f"{fmt}_gemm_bf16_16r_avx512_bf16" if bf16_kernel else r["kernel"])
+    bf16_kernel = host_has_avx512_bf16()
+    name = {"fp8_block": "fp8b128"}.get(fmt, fmt)
+    assert r["kernel"] == (f"{name}_gemm_bf16_16r_avx512_bf16" if bf16_kernel else r["kernel"])
     assert ("_bf16_" in r["kernel"]) == bf16_kernel, r["kernel"]
     assert r["bandwidth_ratio"] == pytest.approx(r["gbps"] / r["bandwidth_gbps"], rel=1e-6)
     w4a8 = run("bench", "--gemv", "--format", fmt, "--precision", "w4a8", "--k", 256, "--n", 8,

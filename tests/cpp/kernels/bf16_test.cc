@@ -36,17 +36,19 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// M = 1 .. 9 (the 4-token groups: whole, remainder 1-3, two groups + 1), 13, 64; N = 1, a tile - 1
-// / + 1, a tile pair + 1, 136 (a lone last tile; FP8: 17 tiles, so pairs start odd after one);
+// M = 1 .. 9 (the 4-token groups: whole, remainder 1-3, two groups + 1), 13, 64, 100 (FP8's panel
+// path: a second chunk of tokens past 96, its groups of 6 and a remainder); N = 1, a tile - 1
+// / + 1, a tile pair + 1, 136 (a lone last tile);
 // K = one block, two (the one-token path's pipeline at its shortest), three blocks, 2048 + 3
 // blocks. FP8 (any K, scales per 128): K = 1, 2, 3 and 2051 (partial chunks, an odd chunk count),
-// 128 and 260 (whole scale blocks, and a partial last one).
+// 128, 260 and 1028 (whole chunks, the panel path from 5 tokens: whole scale blocks, a last
+// partial one with an odd chunk count).
 std::vector<Shape> bf16_shapes(WeightFormat format) {
   const int64_t kb = kernels::weight_format_k_block(format);
   std::vector<int64_t> ks = {kb, 2 * kb, 3 * kb, 2048 + 3 * kb};
-  if (format == WeightFormat::kFp8Block128) ks.insert(ks.end(), {128, 260});
+  if (format == WeightFormat::kFp8Block128) ks.insert(ks.end(), {128, 260, 1028});
   std::vector<Shape> out;
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64, 100}) {
     for (int64_t n : {1, 7, 9, 17, 136}) {
       for (int64_t k : ks) {
         if (m * n * k > (int64_t{1} << 23)) continue;

@@ -277,6 +277,8 @@ constexpr std::array<uint8_t, 64> fp8_pair_gather_table(int p) {
 alignas(64) constexpr std::array<uint8_t, 64> kFp8Gather01 = fp8_pair_gather_table(0);
 alignas(64) constexpr std::array<uint8_t, 64> kFp8Gather23 = fp8_pair_gather_table(1);
 
+constexpr int64_t kFp8ChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
+
 // One chunk pair's 16 rows x 4 k as BF16 pairs: w[0] = k (0, 1), w[1] = k (2, 3).
 template <bool kVbmi>
 struct Fp8Bf16Decoder {
@@ -318,7 +320,7 @@ struct Fp8Bf16Decoder {
 template <int MR, bool kVbmi>
 inline void fp8_bf16_pair(const PackedMatrix& w, const avx512::Fp8Pair& p, const uint16_t* x,
                           int64_t ldx, float* y, int64_t ldy) {
-  constexpr int64_t kChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
+  constexpr int64_t kChunksPerBlock = kFp8ChunksPerBlock;
   const Fp8Bf16Decoder<kVbmi> dec;
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   // The last chunk's activations, zero past K (a partial chunk never reads past the row).
@@ -417,7 +419,7 @@ inline void reorder_fp8_token(const uint16_t* x, int64_t k, std::vector<uint16_t
 }
 
 inline void fp8_bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* xr, float* y) {
-  constexpr int64_t kChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
+  constexpr int64_t kChunksPerBlock = kFp8ChunksPerBlock;
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   const uint8_t* codes = w.codes + t * w.chunks * kChunkBytes;
   const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
@@ -467,9 +469,90 @@ inline void fp8_bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* xr, 
                    static_cast<int>(std::min<int64_t>(kTileRows, w.n - t * kTileRows)));
 }
 
+// FP8 from kFp8PanelMinTokens tokens on (K a multiple of 4): per tile pair and 128-k block the
+// block's chunks are decoded once into an L1 panel of BF16 pairs (32 chunks x 2 zmm, 4 KiB), then
+// each group of up to 6 tokens runs over it: 24 chains (6 tokens x 4) fed by the panel's weights
+// and each activation pair as an embedded broadcast, then per token the block's sum is fma'd into
+// its total, which waits in Y (the pair's 16 rows, masked) between blocks. Tokens in chunks of
+// kFp8PanelTokens, outermost: their activations (<= 768 KiB at K = 4096) stay in L2 while the
+// tile range's weights stream past. The group path below re-decodes the block per 4 tokens.
+constexpr int64_t kFp8PanelMinTokens = 5;
+constexpr int64_t kFp8PanelTokens = 96;
+
+template <int MR>
+inline void fp8_bf16_panel_group(const __m512i (*panel)[2], int64_t n_chunks, const uint16_t* x,
+                                 int64_t ldx, float scale, bool first, float* y, int64_t ldy,
+                                 __mmask16 rows) {
+  __m512 chain[MR][4];
+  for (int i = 0; i < MR; ++i) {
+    for (int q = 0; q < 4; ++q) chain[i][q] = _mm512_setzero_ps();
+  }
+  const auto chunk = [&](int64_t c, int h) {
+    const __m512bh w01 = (__m512bh)_mm512_load_si512(&panel[c][0]);
+    const __m512bh w23 = (__m512bh)_mm512_load_si512(&panel[c][1]);
+    for (int i = 0; i < MR; ++i) {
+      const uint16_t* xk = x + i * ldx + c * kFp8ChunkK;
+      chain[i][2 * h] = _mm512_dpbf16_ps(chain[i][2 * h], w01, pair_broadcast(xk));
+      chain[i][2 * h + 1] = _mm512_dpbf16_ps(chain[i][2 * h + 1], w23, pair_broadcast(xk + 2));
+    }
+  };
+  int64_t c = 0;
+  for (; c + 2 <= n_chunks; c += 2) {
+    chunk(c, 0);
+    chunk(c + 1, 1);
+  }
+  if (c < n_chunks) chunk(c, 0);  // a block's chunks start even: the last odd one is a 0 chunk
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int i = 0; i < MR; ++i) {
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(chain[i][0], chain[i][1]),
+                                     _mm512_add_ps(chain[i][2], chain[i][3]));
+    const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, y + i * ldy);
+    _mm512_mask_storeu_ps(y + i * ldy, rows, _mm512_fmadd_ps(sum, s, prev));
+  }
+}
+
+template <bool kVbmi>
+void fp8_bf16_panel(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m, float* y,
+                    int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  const Fp8Bf16Decoder<kVbmi> dec;
+  const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  alignas(64) __m512i panel[kFp8ChunksPerBlock][2];
+  for (int64_t i0 = 0; i0 < m; i0 += kFp8PanelTokens) {
+    const int64_t mc = std::min(kFp8PanelTokens, m - i0);
+    for (int64_t t = tile_begin; t < tile_end;) {
+      const bool pair = t + 1 < tile_end && t % 2 == 0;  // one 128-row scale block
+      const avx512::Fp8Pair p = avx512::fp8_pair_at(w, t, pair);
+      for (int64_t b = 0; b < k_blocks; ++b) {
+        const int64_t c0 = b * kFp8ChunksPerBlock;
+        const int64_t n = std::min(w.chunks, c0 + kFp8ChunksPerBlock) - c0;
+        prefetch_ahead(p.codes_a + c0 * kChunkBytes, n * kChunkBytes);
+        prefetch_ahead(p.codes_b == nullptr ? nullptr : p.codes_b + c0 * kChunkBytes,
+                       n * kChunkBytes);
+        for (int64_t c = 0; c < n; ++c) {
+          const int64_t off = (c0 + c) * kChunkBytes;
+          __m512bh wk[2];
+          dec.decode(p.codes_a + off, p.codes_b == nullptr ? nullptr : p.codes_b + off, wk);
+          _mm512_store_si512(&panel[c][0], (__m512i)wk[0]);
+          _mm512_store_si512(&panel[c][1], (__m512i)wk[1]);
+        }
+        for_token_groups<6>(mc, [&](auto mr, int64_t g) {
+          fp8_bf16_panel_group<decltype(mr)::value>(
+              panel, n, x + (i0 + g) * ldx + c0 * kFp8ChunkK, ldx, p.scales[b], b == 0,
+              y + (i0 + g) * ldy + p.first_row, ldy, row_mask(p.rows));
+        });
+      }
+      t += pair ? 2 : 1;
+    }
+  }
+}
+
 template <bool kVbmi>
 void fp8_gemm_bf16_avx512(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64_t m,
                           float* y, int64_t ldy, int64_t tile_begin, int64_t tile_end) {
+  if (m >= kFp8PanelMinTokens && w.k % kFp8ChunkK == 0) {
+    fp8_bf16_panel<kVbmi>(w, x, ldx, m, y, ldy, tile_begin, tile_end);
+    return;
+  }
   if (kVbmi && m == 1) {
     thread_local std::vector<uint16_t> reordered;
     reorder_fp8_token(x, w.k, reordered);
