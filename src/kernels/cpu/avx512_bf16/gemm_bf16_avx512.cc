@@ -452,8 +452,8 @@ inline void fp8_bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* xr, 
       decode(_mm512_zextsi256_si512(
                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + c * kChunkBytes))),
              w01, w23);
-      // Merged by a masked move: GCC 12's masked vdpbf16ps (_mm512_mask_dpbf16_ps) left lanes 8-15
-      // unwritten here, as if its mask were 8 bits wide.
+      // Merged by a masked move: GCC 12 compiles _mm512_mask_dpbf16_ps with the constant mask
+      // 0x5555 as kmovw of 0x55 (the constant cut to 8 bits), leaving lanes 8-15 unwritten.
       constexpr __mmask16 kEven = 0x5555;
       const __m512bh x01 = qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2));
       const __m512bh x23 = qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2) + 4);
@@ -473,7 +473,7 @@ inline void fp8_bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* xr, 
 // block's chunks are decoded once into an L1 panel of BF16 pairs (32 chunks x 2 zmm, 4 KiB), then
 // each group of up to 6 tokens runs over it: 24 chains (6 tokens x 4) fed by the panel's weights
 // and each activation pair as an embedded broadcast, then per token the block's sum is fma'd into
-// its total, which waits in Y (the pair's 16 rows, masked) between blocks. Tokens in chunks of
+// its total, which waits in an L1 array (16 rows per token) between blocks. Tokens in chunks of
 // kFp8PanelTokens, outermost: their activations (<= 768 KiB at K = 4096) stay in L2 while the
 // tile range's weights stream past. The group path below re-decodes the block per 4 tokens.
 constexpr int64_t kFp8PanelMinTokens = 5;
@@ -481,8 +481,7 @@ constexpr int64_t kFp8PanelTokens = 96;
 
 template <int MR>
 inline void fp8_bf16_panel_group(const __m512i (*panel)[2], int64_t n_chunks, const uint16_t* x,
-                                 int64_t ldx, float scale, bool first, float* y, int64_t ldy,
-                                 __mmask16 rows) {
+                                 int64_t ldx, float scale, bool first, float (*totals)[16]) {
   __m512 chain[MR][4];
   for (int i = 0; i < MR; ++i) {
     for (int q = 0; q < 4; ++q) chain[i][q] = _mm512_setzero_ps();
@@ -506,8 +505,8 @@ inline void fp8_bf16_panel_group(const __m512i (*panel)[2], int64_t n_chunks, co
   for (int i = 0; i < MR; ++i) {
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(chain[i][0], chain[i][1]),
                                      _mm512_add_ps(chain[i][2], chain[i][3]));
-    const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, y + i * ldy);
-    _mm512_mask_storeu_ps(y + i * ldy, rows, _mm512_fmadd_ps(sum, s, prev));
+    const __m512 prev = first ? _mm512_setzero_ps() : _mm512_load_ps(totals[i]);
+    _mm512_store_ps(totals[i], _mm512_fmadd_ps(sum, s, prev));
   }
 }
 
@@ -517,6 +516,7 @@ void fp8_bf16_panel(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64
   const Fp8Bf16Decoder<kVbmi> dec;
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   alignas(64) __m512i panel[kFp8ChunksPerBlock][2];
+  alignas(64) float totals[kFp8PanelTokens][16];
   for (int64_t i0 = 0; i0 < m; i0 += kFp8PanelTokens) {
     const int64_t mc = std::min(kFp8PanelTokens, m - i0);
     for (int64_t t = tile_begin; t < tile_end;) {
@@ -536,10 +536,13 @@ void fp8_bf16_panel(const PackedMatrix& w, const uint16_t* x, int64_t ldx, int64
           _mm512_store_si512(&panel[c][1], (__m512i)wk[1]);
         }
         for_token_groups<6>(mc, [&](auto mr, int64_t g) {
-          fp8_bf16_panel_group<decltype(mr)::value>(
-              panel, n, x + (i0 + g) * ldx + c0 * kFp8ChunkK, ldx, p.scales[b], b == 0,
-              y + (i0 + g) * ldy + p.first_row, ldy, row_mask(p.rows));
+          fp8_bf16_panel_group<decltype(mr)::value>(panel, n, x + (i0 + g) * ldx + c0 * kFp8ChunkK,
+                                                    ldx, p.scales[b], b == 0, totals + g);
         });
+      }
+      for (int64_t i = 0; i < mc; ++i) {
+        _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p.first_row, row_mask(p.rows),
+                              _mm512_load_ps(totals[i]));
       }
       t += pair ? 2 : 1;
     }
