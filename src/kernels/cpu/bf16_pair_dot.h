@@ -32,7 +32,9 @@ static_assert(e2m1_bf16_bits(1) == 0x3F00 && e2m1_bf16_bits(7) == 0x40C0 &&
 
 // The E4M3 (FP8) value of `code` as BF16 bits, exact: E4M3 has at most 4 significant bits, and
 // its subnormals (m * 2^-9) are BF16 normals, so vdpbf16ps's DAZ never sees them. -0 stays -0 (the
-// sign bit is OR-ed in, as the AVX512-BF16 kernel does), NaN (S.1111.111) is a quiet BF16 NaN.
+// sign bit is OR-ed in, as the AVX512-BF16 kernel does), NaN (S.1111.111) a quiet BF16 NaN here
+// and in the VBMI tables (pack/ rejects NaN codes, so no kernel meets one: the FP16 route would
+// read them as +-480).
 constexpr uint16_t e4m3_bf16_bits(int code) {
   const int sign = (code & 0x80) << 8, mag = code & 0x7F, e = mag >> 3, m = mag & 7;
   if (mag == 0x7F) return static_cast<uint16_t>(sign | 0x7FC0);

@@ -603,7 +603,7 @@ TEST(MoeLayerW4A8, Fp8RoutedAndSharedTakeBf16Activations) {
   fx.config.shared_activation = fx.config.routed_activation;
   fx.routed_format = WeightFormat::kFp8Block128;
   fx.shared_format = WeightFormat::kFp8Block128;
-  build(fx, 1, kInter, rng);
+  build(fx, 2, kInter, rng);  // two shared experts: their BF16 rows side by side
   for (int64_t t : {1, 2, 5, 13}) check_w4a8_against_reference(fx, t, seed, "fp8 throughout");
 }
 
