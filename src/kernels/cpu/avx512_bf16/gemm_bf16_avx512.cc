@@ -279,28 +279,35 @@ alignas(64) constexpr std::array<uint8_t, 64> kFp8Gather23 = fp8_pair_gather_tab
 
 constexpr int64_t kFp8ChunksPerBlock = kFp8ScaleBlock / kFp8ChunkK;
 
-// One chunk pair's 16 rows x 4 k as BF16 pairs: w[0] = k (0, 1), w[1] = k (2, 3).
+// 64 code bytes as BF16 pairs: w[0] = k (0, 1), w[1] = k (2, 3) of each dword's row, the rows as
+// the gather tables place them (kFp8Gather*: a chunk pair's 16 rows; kFp8TileGather*: one tile's
+// chunks c and c + 1, further down).
 template <bool kVbmi>
 struct Fp8Bf16Decoder {
   __m512i t0, t1, t2, t3, g01, g23;
-  Fp8Bf16Decoder() {
+  explicit Fp8Bf16Decoder(const uint8_t* gather01 = kFp8Gather01.data(),
+                          const uint8_t* gather23 = kFp8Gather23.data()) {
     if constexpr (kVbmi) {
       t0 = _mm512_load_si512(kE4m3Bf16Lo.data());
       t1 = _mm512_load_si512(kE4m3Bf16Lo.data() + 64);
       t2 = _mm512_load_si512(kE4m3Bf16Hi.data());
       t3 = _mm512_load_si512(kE4m3Bf16Hi.data() + 64);
-      g01 = _mm512_load_si512(kFp8Gather01.data());
-      g23 = _mm512_load_si512(kFp8Gather23.data());
+      g01 = _mm512_load_si512(gather01);
+      g23 = _mm512_load_si512(gather23);
     }
   }
+  // VBMI: the codes already in a register.
+  [[gnu::always_inline]] void decode_bytes(__m512i v, __m512bh (&w)[2]) const {
+    const __m512i lo = avx512::vpermt2b(t0, v, t1);
+    const __m512i hi = _mm512_ternarylogic_epi32(avx512::vpermt2b(t2, v, t3), v,
+                                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0xD8);
+    w[0] = (__m512bh)avx512::vpermt2b(lo, g01, hi);
+    w[1] = (__m512bh)avx512::vpermt2b(lo, g23, hi);
+  }
+  // A chunk pair: 32 bytes of tile a, 32 of tile b (or zeros).
   [[gnu::always_inline]] void decode(const uint8_t* a, const uint8_t* b, __m512bh (&w)[2]) const {
     if constexpr (kVbmi) {
-      const __m512i v = load_pair(a, b);
-      const __m512i lo = avx512::vpermt2b(t0, v, t1);
-      const __m512i hi = _mm512_ternarylogic_epi32(avx512::vpermt2b(t2, v, t3), v,
-                                                   _mm512_set1_epi8(static_cast<char>(0x80)), 0xD8);
-      w[0] = (__m512bh)avx512::vpermt2b(lo, g01, hi);
-      w[1] = (__m512bh)avx512::vpermt2b(lo, g23, hi);
+      decode_bytes(load_pair(a, b), w);
     } else {
       __m512 f[kFp8ChunkK];
       avx512::fp8_chunk_rows(a, b, f);  // the values times 2^-8
@@ -423,42 +430,30 @@ inline void fp8_bf16_tile(const PackedMatrix& w, int64_t t, const uint16_t* xr, 
   const int64_t k_blocks = (w.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   const uint8_t* codes = w.codes + t * w.chunks * kChunkBytes;
   const float* scales = w.fp8_scales + (t * kTileRows / kFp8ScaleBlock) * k_blocks;
-  const __m512i t0 = _mm512_load_si512(kE4m3Bf16Lo.data());
-  const __m512i t1 = _mm512_load_si512(kE4m3Bf16Lo.data() + 64);
-  const __m512i t2 = _mm512_load_si512(kE4m3Bf16Hi.data());
-  const __m512i t3 = _mm512_load_si512(kE4m3Bf16Hi.data() + 64);
-  const __m512i g01 = _mm512_load_si512(kFp8TileGather01.data());
-  const __m512i g23 = _mm512_load_si512(kFp8TileGather23.data());
-  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  const auto decode = [&](__m512i v, __m512bh& w01, __m512bh& w23) {
-    const __m512i lo = avx512::vpermt2b(t0, v, t1);
-    const __m512i hi = _mm512_ternarylogic_epi32(avx512::vpermt2b(t2, v, t3), v, sign, 0xD8);
-    w01 = (__m512bh)avx512::vpermt2b(lo, g01, hi);
-    w23 = (__m512bh)avx512::vpermt2b(lo, g23, hi);
-  };
+  const Fp8Bf16Decoder<true> dec(kFp8TileGather01.data(), kFp8TileGather23.data());
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
     const int64_t c0 = b * kChunksPerBlock, c_end = std::min(w.chunks, c0 + kChunksPerBlock);
     __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
     int64_t c = c0;
     for (; c + 2 <= c_end; c += 2) {
-      __m512bh w01, w23;
-      decode(_mm512_loadu_si512(codes + c * kChunkBytes), w01, w23);
-      acc01 = _mm512_dpbf16_ps(acc01, w01, qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2)));
-      acc23 = _mm512_dpbf16_ps(acc23, w23, qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2) + 4));
+      __m512bh wk[2];
+      dec.decode_bytes(_mm512_loadu_si512(codes + c * kChunkBytes), wk);
+      acc01 = _mm512_dpbf16_ps(acc01, wk[0], qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2)));
+      acc23 = _mm512_dpbf16_ps(acc23, wk[1], qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2) + 4));
     }
     if (c < c_end) {  // a last odd chunk: its pairs in the even lanes, the odd lanes untouched
-      __m512bh w01, w23;
-      decode(_mm512_zextsi256_si512(
-                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + c * kChunkBytes))),
-             w01, w23);
+      __m512bh wk[2];
+      dec.decode_bytes(_mm512_zextsi256_si512(_mm256_loadu_si256(
+                           reinterpret_cast<const __m256i*>(codes + c * kChunkBytes))),
+                       wk);
       // Merged by a masked move: GCC 12 compiles _mm512_mask_dpbf16_ps with the constant mask
       // 0x5555 as kmovw of 0x55 (the constant cut to 8 bits), leaving lanes 8-15 unwritten.
       constexpr __mmask16 kEven = 0x5555;
       const __m512bh x01 = qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2));
       const __m512bh x23 = qword_broadcast(xr + 2 * kFp8ChunkK * (c / 2) + 4);
-      acc01 = _mm512_mask_mov_ps(acc01, kEven, _mm512_dpbf16_ps(acc01, w01, x01));
-      acc23 = _mm512_mask_mov_ps(acc23, kEven, _mm512_dpbf16_ps(acc23, w23, x23));
+      acc01 = _mm512_mask_mov_ps(acc01, kEven, _mm512_dpbf16_ps(acc01, wk[0], x01));
+      acc23 = _mm512_mask_mov_ps(acc23, kEven, _mm512_dpbf16_ps(acc23, wk[1], x23));
     }
     const __m512 s = _mm512_add_ps(acc01, acc23);  // lane 2r: c0 + c1, lane 2r + 1: c2 + c3
     const __m512 sum = _mm512_add_ps(s, _mm512_permute_ps(s, 0xB1));
