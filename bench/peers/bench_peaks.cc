@@ -1,6 +1,7 @@
 // bench_peaks: this machine's DRAM read bandwidth, FP32 FMA peak and int8 dot-product peak with
 // all threads of the pool, measured now, for the peer benchmark's ratios (bench/peers/peers.py);
-// on AVX2 also the int8 block dot the W4A8 kernels are built from (peaks.h), beside the peak.
+// on AVX2 also the int8 block dot the W4A8 kernels are built from (peaks.h), beside the peak; with
+// AVX-512 VBMI the one-token decode loops' bodies in registers, in GB/s of codes.
 //   bench_peaks [--json] [--min-gib G] [--seconds S]
 #include <algorithm>
 #include <chrono>
@@ -94,6 +95,18 @@ int run(int argc, char** argv) {
     int8.push_back(
         measure_peak("vpdpbusd zmm", kDpbusdAvx512OpsPerIter, dpbusd_i8_avx512, seconds, pool));
   }
+  // The one-token decode loops' bodies in registers, in GB/s of FP4 codes (all threads): beside
+  // the DRAM figure, what each loop could read if memory kept up.
+  std::vector<Peak> decode;
+  const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  if (avx512 && vbmi && cpu.avx512bf16) {
+    decode.push_back(measure_peak("2 vpermb + 2 vpsrlw + 4 vpermw + 4 vdpbf16ps zmm / 64 B",
+                                  kBf16TileMixBytesPerIter, bf16_tile_mix_avx512, seconds, pool));
+  }
+  if (avx512 && vbmi && cpu.avx512vnni) {
+    decode.push_back(measure_peak("3 vpermb + vpsrlw + 2 vpdpbusd zmm / 64 B",
+                                  kW4a8TileMixBytesPerIter, w4a8_tile_mix_avx512, seconds, pool));
+  }
   // AMX tile products: reported beside the vector int8 peak, not as it (the peer table's w4a8
   // fractions are of the vector peak; these say what the tile unit could do).
   std::vector<Peak> amx;
@@ -128,10 +141,11 @@ int run(int argc, char** argv) {
         "{\"threads\": %d, \"cpu\": \"%s\", \"bandwidth_gbps\": %.3f, "
         "\"bandwidth_huge_page_fraction\": %.3f, \"fp32_fma_gflops\": %.2f, "
         "\"fp32_fma_instr\": \"%s\", \"int8_gops\": %.2f, \"int8_instr\": \"%s\", "
-        "\"fp32_fma_all\": %s, \"int8_all\": %s, \"amx_int8_all\": %s, \"int8_mix_all\": %s}\n",
+        "\"fp32_fma_all\": %s, \"int8_all\": %s, \"amx_int8_all\": %s, \"int8_mix_all\": %s, "
+        "\"decode_mix_gbps\": %s}\n",
         pool.size(), cpu.summary().c_str(), bandwidth, huge, fma_best.gops, fma_best.name.c_str(),
         int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str(),
-        list(amx).c_str(), list(mix).c_str());
+        list(amx).c_str(), list(mix).c_str(), list(decode).c_str());
   } else {
     std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
     std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer, ", bandwidth, min_gib);
@@ -148,6 +162,8 @@ int run(int argc, char** argv) {
       std::printf("AMX int8 peak  %-16s %8.1f GOP/s\n", p.name.c_str(), p.gops);
     for (const Peak& p : mix)
       std::printf("int8 block dot %-16s %8.1f GOP/s\n", p.name.c_str(), p.gops);
+    for (const Peak& p : decode)
+      std::printf("decode loop    %-16s %8.1f GB/s of codes\n", p.name.c_str(), p.gops);
   }
   return 0;
 }

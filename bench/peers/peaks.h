@@ -15,6 +15,10 @@ inline constexpr double kDpbusdAvx512OpsPerIter = 12 * 64 * 2;  // 12 x vpdpbusd
 // 3 groups of the AVX2 W4A8 block dot: 4 x vpmaddubsw ymm (the counted operations), 3 x vpaddw,
 // vpmaddwd, vpaddd
 inline constexpr double kW4a8MixAvx2OpsPerIter = 3 * 4 * 32 * 2;
+// The one-token decode loops' instruction mixes (peaks_decode_avx512.cc): FP4 code bytes one
+// iteration decodes and multiplies (3 or 6 chunk pairs of 64 bytes).
+inline constexpr double kBf16TileMixBytesPerIter = 3 * 64;
+inline constexpr double kW4a8TileMixBytesPerIter = 6 * 64;
 // 4 x tdpbssd of 16 x 16 outputs over k bytes
 inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; }
 
@@ -45,6 +49,12 @@ int32_t dpbusd_i8_avx512(int64_t iters);
 // form: its int16 pair sums are added in int16, widened by vpmaddwd and added in int32), in
 // registers: the most the integer pipes allow such a kernel, loads and scales aside.
 int32_t w4a8_mix_avx2(int64_t iters);
+// The loop bodies of the one-token paths, in registers (loads, the scale stream and the block ends
+// aside): the AVX512-BF16 kernel's bf16_tile (needs AVX512-BF16 and VBMI) and the VNNI W4A8
+// kernel's w4a8_tile (VNNI and VBMI). What they sustain per second is a ceiling on the bytes per
+// second those kernels can read, per core.
+int32_t bf16_tile_mix_avx512(int64_t iters);
+int32_t w4a8_tile_mix_avx512(int64_t iters);
 // k = 64 (a whole tile row) or 16 (one NVFP4 scale block per product, as the AMX W4A8 kernel).
 int32_t tdpbssd_i8_amx(int64_t iters, int k);
 

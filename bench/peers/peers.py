@@ -791,6 +791,11 @@ def render_table(rows: list[dict], machine: dict) -> str:
                         f"of the int8 peak ({name}, in registers: the integer pipes' ceiling for "
                         "the AVX2 W4A8 kernels; the xpk columns are of the peak)"
                         for name, gops in mix.items() if machine.get("int8_gops"))
+    decode = machine.get("decode_mix_gbps") or {}
+    amx_text += "".join(f"; one-token decode loop body in registers {gbps:.1f} GB/s of codes = "
+                        f"{gbps / machine['bandwidth_gbps']:.2f} of the DRAM figure ({name}; loads, "
+                        "scales and block ends aside: the ceiling of that loop's reads)"
+                        for name, gbps in decode.items() if machine.get("bandwidth_gbps"))
     lines = [
         f"machine (measured in this run by bench_peaks, {machine['threads']} threads): "
         f"DRAM read {machine['bandwidth_gbps']:.2f} GB/s; FP32 FMA peak "
@@ -989,6 +994,9 @@ def run_all(args, ours: Ours, ggml_factory, kt_runner) -> dict:
     machine["amx_int8_all"] = {k: max(v, after_amx.get(k, 0)) for k, v in before_amx.items()}
     before_mix, after_mix = peaks_before.get("int8_mix_all", {}), peaks_after.get("int8_mix_all", {})
     machine["int8_mix_all"] = {k: max(v, after_mix.get(k, 0)) for k, v in before_mix.items()}
+    before_dec, after_dec = (peaks_before.get("decode_mix_gbps", {}),
+                             peaks_after.get("decode_mix_gbps", {}))
+    machine["decode_mix_gbps"] = {k: max(v, after_dec.get(k, 0)) for k, v in before_dec.items()}
     # Recompute the fractions against the final machine figures.
     rows = [rebase(r, machine) for r in rows]
     return {"machine": machine, "peaks_before": peaks_before, "peaks_after": peaks_after,
@@ -1043,7 +1051,7 @@ def self_test(binary: str, peaks_binary: str) -> int:
 
     peaks = ours.peaks(min_gib=0.01, seconds=0.03)
     for key in ("bandwidth_gbps", "fp32_fma_gflops", "int8_gops", "threads", "amx_int8_all",
-                "int8_mix_all"):
+                "int8_mix_all", "decode_mix_gbps"):
         check(key in peaks, f"bench_peaks JSON has {key}")
     check(peaks.get("bandwidth_gbps", 0) > 0, "bandwidth > 0")
     check(peaks.get("fp32_fma_gflops", 0) > 0, "FP32 FMA peak > 0")

@@ -142,6 +142,15 @@ inline void bf16_pair(const PackedMatrix& w, const Fp4TilePair& p, const uint16_
 // The scale stream is prefetched (prefetch_tile_scales, cpu/prefetch.h): one thread, one token,
 // 4096 -> 14336 from DRAM, interleaved: NVFP4 19.9 -> 20.9-21.1 GB/s, MXFP4 21.8-22.5 ->
 // 22.6-22.9 (this loop, not the stream, bounds it at one thread).
+// Its body alone, in registers (bench_peaks' bf16_tile mix, bench/peers/peaks_decode_avx512.cc),
+// reads 29.2 GB/s per core on that Zen 4, where this kernel reads ~21.5 (NVFP4) in L2: the block
+// end and the loads take the rest. Tried on it and not kept (one thread, one token, 4096 -> 256 in
+// L2, NVFP4, interleaved with this code's 21.5-21.6 GB/s): one vpermb building words of both
+// chunks and three word shifts (8, 12 bits for chunk c + 1) in place of two vpermb and two shifts,
+// 20.7-21.0; the block end's lane fold by two vpermt2ps (chains 0/2 and 1/3 side by side) and a
+// half add in place of two vpermilps, two adds and the vpmovqd, 19.8-20.3; block ends two at a
+// time (block b's chains held, both blocks' folds by four vpermt2ps, one zmm scale decode),
+// alike (20.6-21.0 against 20.4-21.5).
 // The vpermb controls for the low (chunk_half 0) and high 32 bytes of a 64-byte load, computed at
 // compile time (they are loaded once per tile).
 constexpr std::array<uint8_t, 64> tile_word_table(int chunk_half) {

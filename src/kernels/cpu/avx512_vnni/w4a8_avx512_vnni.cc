@@ -514,6 +514,14 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 // the chain, and NVFP4's pre-scaled activation scales (prescale_nvfp4) took one thread, one
 // token, 4096 -> 256 in L2 from 26.2 to 29.9 GB/s (NVFP4) and 31.5 to 37.0 (MXFP4), interleaved
 // runs on the 2-core Zen 4.
+// The body alone, in registers (bench_peaks' w4a8_tile mix, bench/peers/peaks_decode_avx512.cc),
+// reads 57.5 GB/s per core there: NVFP4's block end (once per 64 bytes) costs about as much as its
+// body. Tried and not kept (one thread, one token, 4096 -> 256 in L2, interleaved with this code's
+// NVFP4 30.4-31.6 and MXFP4 36.5-37.5 GB/s): block ends two at a time (units of two blocks, each
+// row's dwords of both blocks folded by two vpermt2d, offsets, cvt and scale product on 16 lanes,
+// two fmas), NVFP4 26.5-28.1; the lane fold as one vpermd, an extract and a ymm add in place of
+// the shift, add and vpmovqd, NVFP4 29.9-30.3, MXFP4 36.3-36.7. On Zen 4 the 8-lane block end
+// already runs at half a zmm instruction's cost per operation.
 // The vpermb control, computed at compile time (it is loaded once per tile).
 constexpr std::array<uint8_t, 64> tile_interleave_table() {
   std::array<uint8_t, 64> c{};
