@@ -520,8 +520,14 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 // NVFP4 30.4-31.6 and MXFP4 36.5-37.5 GB/s): block ends two at a time (units of two blocks, each
 // row's dwords of both blocks folded by two vpermt2d, offsets, cvt and scale product on 16 lanes,
 // two fmas), NVFP4 26.5-28.1; the lane fold as one vpermd, an extract and a ymm add in place of
-// the shift, add and vpmovqd, NVFP4 29.9-30.3, MXFP4 36.3-36.7. On Zen 4 the 8-lane block end
-// already runs at half a zmm instruction's cost per operation.
+// the shift, add and vpmovqd, NVFP4 29.9-30.3, MXFP4 36.3-36.7; units of two blocks laid out so
+// that no lanes need folding (two vpermt2b per 64-byte half put row r's 4 bytes of block 2u + h in
+// dword 2r + h, the token reordered to match), NVFP4 27.3-28.6 with this order kept (both
+// blocks' products duplicated across each row's lanes by moveldup / movehdup, then two fmas) and
+// 32.6-33.7 with one fma per unit (not this family's order). Its block end alone removed (results
+// wrong): 47 GB/s; with the fold and cvt only: 34.7. On Zen 4 the 8-lane block end already runs at
+// half a zmm instruction's cost per operation, and the loop is bound by its shuffles, so any
+// lane move added to the block end costs what the fold saves.
 // The vpermb control, computed at compile time (it is loaded once per tile).
 constexpr std::array<uint8_t, 64> tile_interleave_table() {
   std::array<uint8_t, 64> c{};
