@@ -31,15 +31,22 @@ inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; 
 // variables, not an array: with array elements as operands GCC stores the array back every
 // iteration. The FMA loops compile clean from intrinsics (and gave two copies per iteration when
 // written this way). tests/python/test_kernel_objects.py checks every loop's machine code.
-#define FP4MOE_PEAK_12(OP)                                                 \
-  OP("0")                                                                  \
-  OP("1")                                                                  \
-  OP("2") OP("3") OP("4") OP("5") OP("6") OP("7") OP("8") OP("9") OP("10") \
-      OP("1"                                                               \
-         "1")
+// Kept out of clang-format: version 14 reflowed this macro differently on every run.
+// clang-format off
+#define FP4MOE_PEAK_12(OP) \
+  OP("0") OP("1") OP("2") OP("3") OP("4") OP("5") OP("6") OP("7") OP("8") OP("9") OP("10") OP("11")
+// clang-format on
 #define FP4MOE_PEAK_12_OPERANDS(C, v)                                                 \
   [c0] C(v##0), [c1] C(v##1), [c2] C(v##2), [c3] C(v##3), [c4] C(v##4), [c5] C(v##5), \
       [c6] C(v##6), [c7] C(v##7), [c8] C(v##8), [c9] C(v##9), [c10] C(v##10), [c11] C(v##11)
+
+// A vector's 16 int32 lanes, stored by the caller, xor-ed: the loops' results depend on every chain
+// this way (summed in scalar: GCC 12's _mm512_reduce_* trip -Werror=uninitialized).
+inline int32_t xor_lanes(const int32_t (&lanes)[16]) {
+  int32_t x = 0;
+  for (int32_t l : lanes) x ^= l;
+  return x;
+}
 
 float fma_f32_avx2(int64_t iters);
 float fma_f32_avx512(int64_t iters);

@@ -20,12 +20,9 @@ int32_t dpbusd_i8_avx512(int64_t iters) {
       _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(v0, v1), _mm512_xor_si512(v2, v3)),
                        _mm512_xor_si512(_mm512_xor_si512(v4, v5), _mm512_xor_si512(v6, v7))),
       _mm512_xor_si512(_mm512_xor_si512(v8, v9), _mm512_xor_si512(v10, v11)));
-  // Stored and summed in scalar: GCC 12's _mm512_reduce_* trip -Werror=uninitialized.
   int32_t lanes[16];
   _mm512_storeu_si512(lanes, s);
-  int32_t sum = 0;
-  for (int32_t l : lanes) sum ^= l;
-  return sum;
+  return xor_lanes(lanes);
 }
 
 }  // namespace fp4moe::bench

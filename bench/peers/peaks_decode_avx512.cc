@@ -13,13 +13,10 @@
 namespace fp4moe::bench {
 namespace {
 
-// Stored and summed in scalar: GCC 12's _mm512_reduce_* trip -Werror=uninitialized.
 int32_t fold(__m512i s) {
   int32_t lanes[16];
   _mm512_storeu_si512(lanes, s);
-  int32_t sum = 0;
-  for (int32_t l : lanes) sum ^= l;
-  return sum;
+  return xor_lanes(lanes);
 }
 
 #define FP4MOE_CHAINS_CLOBBERED                                                                    \

@@ -783,16 +783,16 @@ def fmt(v, spec: str, none: str = "-") -> str:
 
 def render_table(rows: list[dict], machine: dict) -> str:
     amx = machine.get("amx_int8_all") or {}
-    amx_text = "".join(f"; AMX tile peak {gops:.0f} GOP/s ({name}; the xpk columns are of the "
+    beside_peaks = "".join(f"; AMX tile peak {gops:.0f} GOP/s ({name}; the xpk columns are of the "
                        "vector int8 peak)" if i == 0 else f", {gops:.0f} ({name})"
                        for i, (name, gops) in enumerate(amx.items()))
     mix = machine.get("int8_mix_all") or {}
-    amx_text += "".join(f"; int8 block dot {gops:.0f} GOP/s = {gops / machine['int8_gops']:.2f} "
+    beside_peaks += "".join(f"; int8 block dot {gops:.0f} GOP/s = {gops / machine['int8_gops']:.2f} "
                         f"of the int8 peak ({name}, in registers: the integer pipes' ceiling for "
                         "the AVX2 W4A8 kernels; the xpk columns are of the peak)"
                         for name, gops in mix.items() if machine.get("int8_gops"))
     decode = machine.get("decode_mix_gbps") or {}
-    amx_text += "".join(f"; one-token decode loop body in registers {gbps:.1f} GB/s of codes = "
+    beside_peaks += "".join(f"; one-token decode loop body in registers {gbps:.1f} GB/s of codes = "
                         f"{gbps / machine['bandwidth_gbps']:.2f} of the DRAM figure ({name}; loads, "
                         "scales and block ends aside: the ceiling of that loop's reads)"
                         for name, gbps in decode.items() if machine.get("bandwidth_gbps"))
@@ -800,7 +800,7 @@ def render_table(rows: list[dict], machine: dict) -> str:
         f"machine (measured in this run by bench_peaks, {machine['threads']} threads): "
         f"DRAM read {machine['bandwidth_gbps']:.2f} GB/s; FP32 FMA peak "
         f"{machine['fp32_fma_gflops']:.1f} GFLOP/s ({machine['fp32_fma_instr']}); int8 dot peak "
-        f"{machine['int8_gops']:.1f} GOP/s ({machine['int8_instr']}){amx_text}",
+        f"{machine['int8_gops']:.1f} GOP/s ({machine['int8_instr']}){beside_peaks}",
         "times in us per product (GEMM) or per layer call (MoE); ratio = peer us / our us "
         "(>1: fp4moe faster); GB/s and GFLOP/s are fp4moe's; xBW: of the bandwidth each fp4moe "
         "run read between its own timed rounds (the DRAM figure above is bench_peaks', another "
