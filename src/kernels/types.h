@@ -45,13 +45,14 @@ int weight_format_k_block(WeightFormat format);
 // sum, and a vector of 8 block scales (one per row) applies to a whole block at once.
 //
 // FP4 (NVFP4, MXFP4): a tile is K/8 chunks of 32 bytes; chunk c covers k = 8c .. 8c+7 for 8 rows.
-//   Byte p of a chunk (lane = p / 16, i = p % 16, j = i / 4, r = i % 4) holds row 4*lane + r:
-//   low nibble = k 8c + j, high nibble = k 8c + 4 + j.
-//   Why: one 32-byte load, one nibble split and one 16-entry byte shuffle (pshufb) decode 64
-//   elements; a second in-lane pshufb per k moves the 8 decoded bytes of one k to the top byte of
-//   8 int32 lanes (rows 0-3 from the low 128-bit lane, 4-7 from the high one), no lane crossing.
-//   (AVX-512 exact: an in-lane 4x4 byte transpose gives each row a dword of its 8 codes, then a
-//   shift and one 16-entry vpermps per k; the W4A8 kernels transpose the same way for vpdpbusd.)
+//   Dword r of a chunk (bytes 4r + j, j = 0..3) holds row r: byte j's low nibble = k 8c + j, its
+//   high nibble = k 8c + 4 + j.
+//   Why: a row's 8 codes are one dword, the lane of its row, with no shuffle: the int8 dot
+//   products (vpdpbusd, pmaddubsw + pmaddwd) take a row's 4 k per dword directly after the 16-entry
+//   byte lookup of each nibble; the AVX-512 exact kernel shifts a dword's nibble of k to the bottom
+//   and looks 16 rows' F32 weights up by one vpermps; the AVX2 exact kernel moves one k's 8 decoded
+//   bytes to the top byte of 8 int32 lanes by one in-lane pshufb (rows 0-3 in the low 128-bit
+//   lane, 4-7 in the high one).
 //   Block scales: per tile, per K block (16 for NVFP4, 32 for MXFP4), 8 bytes = the 8 rows' raw
 //   UE4M3 / E8M0 codes, tile-major: scales[(tile * k_blocks + block) * 8 + row].
 // FP8 block-128: a tile is ceil(K/4) chunks of 32 bytes; chunk c covers k = 4c .. 4c+3 for 8 rows;
@@ -67,7 +68,7 @@ inline constexpr int kFp4ChunkK = 8;  // K elements per 32-byte FP4 chunk
 
 // The byte of an FP4 chunk that holds tile row `row` (0..7) at k offset `j` (0..3; the same byte's
 // high nibble holds offset j + 4): the map above, written once for pack/ and the scalar kernels.
-constexpr int fp4_chunk_byte(int row, int j) { return (row / 4) * 16 + j * 4 + row % 4; }
+constexpr int fp4_chunk_byte(int row, int j) { return 4 * row + j; }
 // The code of tile row `row` at k offset `kk` (0..7) in an FP4 chunk.
 inline uint8_t fp4_chunk_code(const uint8_t* chunk, int row, int kk) {
   const uint8_t byte = chunk[fp4_chunk_byte(row, kk % 4)];

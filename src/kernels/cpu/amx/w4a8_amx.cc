@@ -49,7 +49,6 @@ using avx512::Fp4TilePair;
 using avx512::load_pair;
 using avx512::prefetch_pair_block;
 using avx512::row_mask;
-using avx512::transpose4x4_ctrl;
 
 constexpr int kTileTokens = 16;  // rows of tiles A and C
 // Blocks per K slice (1024 k of NVFP4, 2048 of MXFP4) and token tiles per pass: the slice's
@@ -101,7 +100,6 @@ void decode_slice(const Fp4TilePair& p, const Fp4TilePair* ahead, int64_t b0, in
   constexpr int kChunks = kBlock<kFormat> / kFp4ChunkK;
   constexpr int64_t kBlockBytes = kChunks * kChunkBytes;  // 64 or 128 per tile
   const __m512i lut = e2m1_x2_lut();
-  const __m512i transpose = transpose4x4_ctrl();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = (b0 + b) * kBlockBytes;
@@ -109,9 +107,8 @@ void decode_slice(const Fp4TilePair& p, const Fp4TilePair* ahead, int64_t b0, in
     DecodedBlock<kFormat>& d = out[b];
     FP4MOE_UNROLL
     for (int c = 0; c < kChunks; ++c) {
-      const __m512i v = _mm512_shuffle_epi8(
-          load_pair(p.codes_a + off + c * kChunkBytes, p.b_codes(off + c * kChunkBytes)),
-          transpose);
+      const __m512i v =
+          load_pair(p.codes_a + off + c * kChunkBytes, p.b_codes(off + c * kChunkBytes));
       _mm512_store_si512(d.codes[2 * c], _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low4)));
       _mm512_store_si512(d.codes[2 * c + 1],
                          _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)));

@@ -20,10 +20,13 @@ namespace {
 
 constexpr float kFp4DecodeFactor = 1.0f / 33554432.0f;  // 2^-25: undoes (2 * e2m1) << 24
 
-// pshufb control moving bytes 4j..4j+3 of each 128-bit lane to the top byte of its 4 dwords and
-// zeroing the rest (index bytes with the high bit set give 0).
+// pshufb control moving the byte of k offset j of each row (types.h: byte 4r + j of the chunk, in
+// its 128-bit lane) to the top byte of the row's dword and zeroing the rest (index bytes with the
+// high bit set give 0).
 inline __m256i top_byte_ctrl(int j) {
-  auto dw = [j](int r) { return static_cast<int>(0x00808080u | (uint32_t(4 * j + r) << 24)); };
+  auto dw = [j](int r) {
+    return static_cast<int>(0x00808080u | (uint32_t(fp4_chunk_byte(r, j)) << 24));
+  };
   return _mm256_setr_epi32(dw(0), dw(1), dw(2), dw(3), dw(0), dw(1), dw(2), dw(3));
 }
 

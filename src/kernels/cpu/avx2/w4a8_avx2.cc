@@ -1,7 +1,7 @@
 // AVX2 W4A8 kernels and activation quantizer (types.h, "W4A8"); compiled with only the AVX2 flags.
 //
-// Per 32-byte chunk of a tile (8 rows x 8 k, types.h): one in-lane pshufb transposes each 4x4
-// block of bytes so that dword r holds row r's 4 consecutive k (low nibbles: k 0-3, high: k 4-7);
+// Per 32-byte chunk of a tile (8 rows x 8 k, types.h), dword r holds row r's 4 consecutive k (low
+// nibbles: k 0-3, high: k 4-7) as loaded;
 // one pshufb per nibble half maps codes to u = 2 * e2m1 + 12 in [0, 24] (pmaddubsw wants one
 // unsigned operand). Per token: pmaddubsw(u, 4 activation codes broadcast) sums pairs of k in
 // int16 (|.| <= 2 * 24 * 127 = 6096, so four of them still fit: 24384 < 32767), pmaddwd by ones
@@ -37,12 +37,6 @@ inline __m256i offset_e2m1_x2_lut() {
                           12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 }
 
-// In-lane 4x4 byte transpose: output byte 4r + j takes input byte 4j + r.
-inline __m256i transpose4x4_ctrl() {
-  return _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
-                          0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-}
-
 inline __m256i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
@@ -63,13 +57,12 @@ struct DecodedBlock {
 template <int kChunks>
 [[gnu::always_inline]] inline void decode_block(const uint8_t* block, DecodedBlock<kChunks>& d) {
   const __m256i lut = offset_e2m1_x2_lut();
-  const __m256i transpose = transpose4x4_ctrl();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   prefetch_ahead(block, kChunks * kChunkBytes);
   FP4MOE_UNROLL
   for (int c = 0; c < kChunks; ++c) {
-    const __m256i v = _mm256_shuffle_epi8(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes)), transpose);
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
     d.lo[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     d.hi[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
   }
@@ -244,15 +237,14 @@ template <WeightFormat kFormat>
                                                        SignedBlock<kFormat>& d) {
   constexpr int kChunks = kW4a8Chunks<kFormat>;
   const __m256i lut = avx2::e2m1_x2_lut();
-  const __m256i transpose = transpose4x4_ctrl();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones8 = _mm256_set1_epi8(1);
   prefetch_ahead(block, kChunks * kChunkBytes);
   __m256i sum16 = _mm256_setzero_si256();  // |.| <= 2 * kChunks * 24: no overflow
   FP4MOE_UNROLL
   for (int c = 0; c < kChunks; ++c) {
-    const __m256i v = _mm256_shuffle_epi8(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes)), transpose);
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
     const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
     _mm256_store_si256(&d.w[2 * c], lo);

@@ -86,14 +86,6 @@ struct Fp4TilePair {
   }
 }
 
-// In-lane 4x4 byte transpose for pshufb: output byte 4r + j takes input byte 4j + r, so a chunk
-// lane's [k j][row r] bytes become [row][4 consecutive k] dwords (what vpdpbusd and the AMX B tile
-// want).
-inline __m512i transpose4x4_ctrl() {
-  return _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-}
-
 inline Fp4TilePair fp4_tile_pair(const PackedMatrix& w, int64_t t, int64_t tile_end) {
   const int64_t k_blocks = w.k / weight_format_k_block(w.format);
   const bool pair = t + 1 < tile_end;

@@ -53,7 +53,7 @@ constexpr std::array<float, 16> e2m1_x2_top_byte() {
 alignas(64) constexpr std::array<float, 16> kE2m1x2TopByte = e2m1_x2_top_byte();
 static_assert(kE2m1x2TopByte[15] == -0xcp24f && std::bit_cast<uint32_t>(kE2m1x2TopByte[8]) == 0);
 
-// k in [0, 8) of a chunk pair, 16 rows: after the in-lane 4x4 byte transpose, dword r holds row
+// k in [0, 8) of a chunk pair, 16 rows: dword r holds row
 // r's bytes for k 0-3 (low nibbles) and 4-7 (high nibbles), so k's code is the low 4 bits of the
 // dword shifted right by 8 * (k % 4) + 4 * (k / 4), which is all vpermps reads of an index. One
 // shift and one vpermps per 16 weights, where the AVX2 kernels' top-byte decode (pshufb into the
@@ -73,7 +73,6 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const int64_t k_blocks = w.chunks / kChunksPerBlock;
   const __m512 lut = _mm512_load_ps(kE2m1x2TopByte.data());
-  const __m512i transpose = avx512::transpose4x4_ctrl();
   __m512 total[MR];
   for (int i = 0; i < MR; ++i) total[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k_blocks; ++b) {
@@ -87,7 +86,7 @@ inline void fp4_pair(const PackedMatrix& w, const Fp4TilePair& p, const float* x
     prefetch_ahead(p.b_codes(block_off), kChunksPerBlock * kChunkBytes);
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const int64_t off = (b * kChunksPerBlock + c) * kChunkBytes;
-      const __m512i t = _mm512_shuffle_epi8(load_pair(p.codes_a + off, p.b_codes(off)), transpose);
+      const __m512i t = load_pair(p.codes_a + off, p.b_codes(off));
       const float* xk = x + (b * kChunksPerBlock + c) * kFp4ChunkK;
       FP4MOE_UNROLL_ALL
       for (int kk = 0; kk < kFp4ChunkK; ++kk) {
@@ -132,7 +131,6 @@ inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, floa
                               int64_t ld) {
   constexpr int kChunksPerBlock = (kFormat == WeightFormat::kNvfp4 ? 16 : 32) / kFp4ChunkK;
   const __m512 lut = _mm512_load_ps(kE2m1x2TopByte.data());
-  const __m512i transpose = avx512::transpose4x4_ctrl();
   const int64_t b0 = k0 / (kChunksPerBlock * kFp4ChunkK);
   const int64_t blocks = kc / (kChunksPerBlock * kFp4ChunkK);
   const int64_t slice_off = k0 / kFp4ChunkK * kChunkBytes;
@@ -143,8 +141,8 @@ inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, floa
     FP4MOE_UNROLL_ALL
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const int64_t chunk = b * kChunksPerBlock + c;
-      const __m512i t = _mm512_shuffle_epi8(
-          load_pair(p.codes_a + chunk * kChunkBytes, p.b_codes(chunk * kChunkBytes)), transpose);
+      const __m512i t =
+          load_pair(p.codes_a + chunk * kChunkBytes, p.b_codes(chunk * kChunkBytes));
       float* out = panel + (chunk * kFp4ChunkK - k0) * ld;
       FP4MOE_UNROLL_ALL
       for (int kk = 0; kk < kFp4ChunkK; ++kk) {

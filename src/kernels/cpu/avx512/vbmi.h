@@ -31,6 +31,17 @@ constexpr bool kVbmiAsm = false;
 #endif
 }
 
+// The 256-bit form (AVX512-VBMI with VL): out byte o = table[idx[o] & 31].
+[[gnu::always_inline]] inline __m256i vpermb(__m256i idx, __m256i table) {
+#if defined(__AVX512BW__)
+  __m256i out;
+  asm("vpermb %[t], %[i], %[o]" : [o] "=v"(out) : [i] "v"(idx), [t] "v"(table));
+  return out;
+#else
+  return _mm256_permutexvar_epi8(idx, table);
+#endif
+}
+
 // out byte o = 0 where mask bit o is clear, else (idx[o] & 64 ? hi : lo)[idx[o] & 63] (vpermt2b,
 // zero-masked).
 [[gnu::always_inline]] inline __m512i vpermt2b_maskz(__mmask64 mask, __m512i lo, __m512i idx,

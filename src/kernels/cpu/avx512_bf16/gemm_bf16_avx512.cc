@@ -43,7 +43,7 @@ constexpr std::array<uint16_t, 32> e2m1_bf16_table() {
 }
 alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16 = e2m1_bf16_table();
 
-// In-lane byte shuffles of a chunk pair (types.h: byte 4j + r of a 16-byte lane holds lane row r,
+// In-lane byte shuffles of a chunk pair (types.h: byte 4r + j of a 16-byte lane holds lane row r,
 // k j in its low nibble and k j + 4 in its high one). Dword r of the result holds row r's bytes of
 // k j0 and j0 + 1 in the low bytes of its two words, zero above: vpermw then makes the BF16 pair
 // (k j0, k j0 + 1), and after a 4-bit word shift the pair (k j0 + 4, k j0 + 5). The pairs are
@@ -51,9 +51,9 @@ alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16 = e2m1_bf16_table();
 inline __m512i pair_bytes_ctrl(int j0) {
   alignas(16) int8_t c[16];
   for (int r = 0; r < 4; ++r) {
-    c[4 * r + 0] = static_cast<int8_t>(4 * j0 + r);
+    c[4 * r + 0] = static_cast<int8_t>(fp4_chunk_byte(r, j0));
     c[4 * r + 1] = static_cast<int8_t>(0x80);
-    c[4 * r + 2] = static_cast<int8_t>(4 * (j0 + 1) + r);
+    c[4 * r + 2] = static_cast<int8_t>(fp4_chunk_byte(r, j0 + 1));
     c[4 * r + 3] = static_cast<int8_t>(0x80);
   }
   return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(c)));

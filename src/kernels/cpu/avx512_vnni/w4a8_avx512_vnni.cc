@@ -1,8 +1,8 @@
 // AVX-512 VNNI W4A8 kernels (types.h, "W4A8"); compiled with the AVX-512 and VNNI flags only.
 //
 // The AVX2 W4A8 kernel's arithmetic (cpu/avx2/w4a8_avx2.cc) on two 8-row tiles per zmm (16 rows):
-// one in-lane pshufb per 32-byte chunk pair transposes each 4x4 byte block so dword r holds one
-// row's 4 consecutive k, one pshufb per nibble half (vpermb with VBMI: lookup_u) maps codes to
+// dword r of a chunk pair holds one row's 4 consecutive k as loaded (types.h), one pshufb per
+// nibble half (vpermb with VBMI: lookup_u) maps codes to
 // u = 2 * e2m1 + 12 in [0, 24], and one vpdpbusd per half adds u * q over those 4 k straight into
 // the int32 sums. That replaces AVX2's pmaddubsw + int16 adds + pmaddwd + int32 add (VNNI is where
 // this family pays). A chain that starts at -12 * sum(q) gives sum((2 * e2m1) * q) exactly per
@@ -40,7 +40,6 @@ using avx512::host_has_vbmi;
 using avx512::load_pair;
 using avx512::prefetch_pair_block;
 using avx512::row_mask;
-using avx512::transpose4x4_ctrl;
 using avx512::vpermb;
 
 static_assert(kW4a8CodeOffset == 12, "the table below holds u = 2 * e2m1 + 12");
@@ -89,15 +88,14 @@ template <int kN, bool kVbmi, bool kPrefetch = true>
 [[gnu::always_inline]] inline void decode_pair(const uint8_t* a, const uint8_t* b,
                                                DecodedPair<kN>& d) {
   const __m512i lut = offset_e2m1_x2_lut();
-  const __m512i transpose = transpose4x4_ctrl();
   if constexpr (kPrefetch) {
     prefetch_ahead(a, kN * kChunkBytes);
     prefetch_ahead(b, kN * kChunkBytes);
   }
   FP4MOE_UNROLL
   for (int c = 0; c < kN; ++c) {
-    const __m512i v = _mm512_shuffle_epi8(
-        load_pair(a + c * kChunkBytes, b == nullptr ? nullptr : b + c * kChunkBytes), transpose);
+    const __m512i v =
+        load_pair(a + c * kChunkBytes, b == nullptr ? nullptr : b + c * kChunkBytes);
     d.lo[c] = lookup_u<kVbmi, false>(v, lut);
     d.hi[c] = lookup_u<kVbmi, true>(v, lut);
   }
