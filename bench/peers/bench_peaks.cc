@@ -104,7 +104,7 @@ int run(int argc, char** argv) {
                                   kBf16TileMixBytesPerIter, bf16_tile_mix_avx512, seconds, pool));
   }
   if (avx512 && vbmi && cpu.avx512vnni) {
-    decode.push_back(measure_peak("3 vpermb + vpsrlw + 2 vpdpbusd zmm / 64 B",
+    decode.push_back(measure_peak("2 vpermb + vpsrlw + 2 vpdpbusd ymm / 32 B",
                                   kW4a8TileMixBytesPerIter, w4a8_tile_mix_avx512, seconds, pool));
   }
   // AMX tile products: reported beside the vector int8 peak, not as it (the peer table's w4a8

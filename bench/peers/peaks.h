@@ -16,9 +16,9 @@ inline constexpr double kDpbusdAvx512OpsPerIter = 12 * 64 * 2;  // 12 x vpdpbusd
 // vpmaddwd, vpaddd
 inline constexpr double kW4a8MixAvx2OpsPerIter = 3 * 4 * 32 * 2;
 // The one-token decode loops' instruction mixes (peaks_decode_avx512.cc): FP4 code bytes one
-// iteration decodes and multiplies (3 or 6 chunk pairs of 64 bytes).
+// iteration decodes and multiplies (3 chunk pairs of 64 bytes; 6 chunks of 32).
 inline constexpr double kBf16TileMixBytesPerIter = 3 * 64;
-inline constexpr double kW4a8TileMixBytesPerIter = 6 * 64;
+inline constexpr double kW4a8TileMixBytesPerIter = 6 * 32;
 // 4 x tdpbssd of 16 x 16 outputs over k bytes
 inline constexpr double amx_ops_per_iter(int k) { return 4.0 * 16 * 16 * k * 2; }
 

@@ -90,24 +90,22 @@ int32_t bf16_tile_mix_avx512(int64_t iters) {
 
 int32_t w4a8_tile_mix_avx512(int64_t iters) {
   if (iters <= 0) return 0;
-  const __m512i raw = _mm512_set1_epi32(0x76543210), ctrl = _mm512_set1_epi8(5),
-                lut = _mm512_set1_epi8(12), q = _mm512_set1_epi8(-3);
+  const __m256i raw = _mm256_set1_epi32(0x76543210), lut = _mm256_set1_epi8(12),
+                q = _mm256_set1_epi8(-3);
   __m512i out;
-  // One 64-byte chunk pair of w4a8_tile (w4a8_avx512_vnni.cc): one vpermb interleaves the two
-  // chunks, one shift brings the high nibbles down, one vpermb per nibble half looks the offset
-  // codes up, two vpdpbusd take them. Six chunk pairs per iteration (12 vpdpbusd, 12 chains).
+  // One 32-byte chunk of w4a8_tile (w4a8_avx512_vnni.cc), in 256-bit vectors: one shift brings
+  // the high nibbles down, one vpermb per nibble half looks the offset codes up, two vpdpbusd take
+  // them. Six chunks per iteration (12 vpdpbusd, 12 chains).
 #define FP4MOE_W4A8_PAIR(v, h, s0, s1)  \
-  "vpermb %[raw], %[ctrl], %%zmm" v     \
+  "vpsrlw $4, %[raw], %%ymm" h          \
   "\n\t"                                \
-  "vpsrlw $4, %%zmm" v ", %%zmm" h      \
+  "vpermb %[lut], %[raw], %%ymm" v      \
   "\n\t"                                \
-  "vpermb %[lut], %%zmm" v ", %%zmm" v  \
+  "vpermb %[lut], %%ymm" h ", %%ymm" h  \
   "\n\t"                                \
-  "vpermb %[lut], %%zmm" h ", %%zmm" h  \
+  "vpdpbusd %[q], %%ymm" v ", %%ymm" s0 \
   "\n\t"                                \
-  "vpdpbusd %[q], %%zmm" v ", %%zmm" s0 \
-  "\n\t"                                \
-  "vpdpbusd %[q], %%zmm" h ", %%zmm" s1 "\n\t"
+  "vpdpbusd %[q], %%ymm" h ", %%ymm" s1 "\n\t"
   asm volatile(FP4MOE_CHAINS_ZERO
                "1:\n\t" FP4MOE_W4A8_PAIR("8", "9", "20", "21") FP4MOE_W4A8_PAIR("10", "11", "22", "23")
                    FP4MOE_W4A8_PAIR("12", "13", "24", "25") FP4MOE_W4A8_PAIR("14", "15", "26", "27")
@@ -116,7 +114,7 @@ int32_t w4a8_tile_mix_avx512(int64_t iters) {
                "dec %[n]\n\t"
                "jnz 1b\n\t" FP4MOE_CHAINS_FOLD
                : [n] "+r"(iters), [out] "=v"(out)
-               : [raw] "v"(raw), [ctrl] "v"(ctrl), [lut] "v"(lut), [q] "v"(q)
+               : [raw] "v"(raw), [lut] "v"(lut), [q] "v"(q)
                : FP4MOE_CHAINS_CLOBBERED);
 #undef FP4MOE_W4A8_PAIR
   return fold(out);

@@ -85,9 +85,9 @@ PEAK_LOOPS = {
     "fp4moe::bench::dpbusd_i8_avx512": (("vpdpbusd",), {}),
     # 3 groups of the W4A8 block dot: 4 vpmaddubsw + 3 vpaddw + vpmaddwd + vpaddd
     "fp4moe::bench::w4a8_mix_avx2": (("vpmaddubsw",), {"vpaddw": 9, "vpmaddwd": 3, "vpaddd": 3}),
-    # the one-token decode loops' bodies: 3 chunk pairs of bf16_tile, 6 of w4a8_tile
+    # the one-token decode loops' bodies: 3 chunk pairs of bf16_tile, 6 chunks of w4a8_tile
     "fp4moe::bench::bf16_tile_mix_avx512": (("vdpbf16ps",), {"vpermb": 6, "vpsrlw": 6, "vpermw": 12}),
-    "fp4moe::bench::w4a8_tile_mix_avx512": (("vpdpbusd",), {"vpermb": 18, "vpsrlw": 6}),
+    "fp4moe::bench::w4a8_tile_mix_avx512": (("vpdpbusd",), {"vpermb": 12, "vpsrlw": 6}),
 }
 LOOP_CONTROL = {"add", "sub", "inc", "dec", "cmp", "test", "jne", "jnz", "jb", "jl", "jg", "ja",
                 "nop", "xchg"}

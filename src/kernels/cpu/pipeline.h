@@ -1,4 +1,5 @@
-// The software-pipelined K-block loop the one-token tile paths share (VNNI W4A8, AVX512-BF16).
+// The software-pipelined K-block loop of the AVX512-BF16 one-token tile path (gemm_bf16_avx512.cc;
+// the VNNI W4A8 one writes its two stages out, unrolled by two: w4a8_avx512_vnni.cc).
 // On Zen 4 their loops are bound by shuffle throughput, and the out-of-order window alone did not
 // overlap one block's decode with the previous block's dot and block end: issuing the stages of
 // different blocks side by side in program order did (the figures are in the kernel files).

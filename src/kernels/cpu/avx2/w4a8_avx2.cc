@@ -61,8 +61,7 @@ template <int kChunks>
   prefetch_ahead(block, kChunks * kChunkBytes);
   FP4MOE_UNROLL
   for (int c = 0; c < kChunks; ++c) {
-    const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
     d.lo[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     d.hi[c] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
   }
@@ -243,8 +242,7 @@ template <WeightFormat kFormat>
   __m256i sum16 = _mm256_setzero_si256();  // |.| <= 2 * kChunks * 24: no overflow
   FP4MOE_UNROLL
   for (int c = 0; c < kChunks; ++c) {
-    const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + c * kChunkBytes));
     const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low4));
     const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
     _mm256_store_si256(&d.w[2 * c], lo);

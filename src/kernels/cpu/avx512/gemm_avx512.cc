@@ -141,8 +141,7 @@ inline void decode_pair_panel(const Fp4TilePair& p, int64_t k0, int64_t kc, floa
     FP4MOE_UNROLL_ALL
     for (int c = 0; c < kChunksPerBlock; ++c) {
       const int64_t chunk = b * kChunksPerBlock + c;
-      const __m512i t =
-          load_pair(p.codes_a + chunk * kChunkBytes, p.b_codes(chunk * kChunkBytes));
+      const __m512i t = load_pair(p.codes_a + chunk * kChunkBytes, p.b_codes(chunk * kChunkBytes));
       float* out = panel + (chunk * kFp4ChunkK - k0) * ld;
       FP4MOE_UNROLL_ALL
       for (int kk = 0; kk < kFp4ChunkK; ++kk) {

@@ -23,7 +23,6 @@
 #include "kernels/cpu/avx512/vbmi.h"
 #include "kernels/cpu/kernels_cpu.h"
 #include "kernels/cpu/mca.h"
-#include "kernels/cpu/pipeline.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/token_groups.h"
 
@@ -94,8 +93,7 @@ template <int kN, bool kVbmi, bool kPrefetch = true>
   }
   FP4MOE_UNROLL
   for (int c = 0; c < kN; ++c) {
-    const __m512i v =
-        load_pair(a + c * kChunkBytes, b == nullptr ? nullptr : b + c * kChunkBytes);
+    const __m512i v = load_pair(a + c * kChunkBytes, b == nullptr ? nullptr : b + c * kChunkBytes);
     d.lo[c] = lookup_u<kVbmi, false>(v, lut);
     d.hi[c] = lookup_u<kVbmi, true>(v, lut);
   }
@@ -480,131 +478,90 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
 
 // ---- One token, one tile at a time ------------------------------------------------------------
 // The pair kernel (w4a8_pair) reads four streams at once: two tiles' codes, 16 KiB apart at
-// K = 4096, and their two scale streams. Here a zmm holds 64 consecutive bytes of ONE tile (chunks
-// c and c + 1), so a thread reads one code stream and one scale stream, each contiguous over its
-// whole tile range. On the 2-core Zen 4 the hardware prefetchers keep such a stream far better
-// ahead of a compute-heavy loop: a synthetic loop of this one's density read 28.5 GB/s from DRAM
-// on one thread with one stream (and its side stream), 23.5 with two. Measured on this kernel,
-// one thread, one token, 4096 -> 14336 from DRAM, interleaved with the pair kernel, fraction of the
-// read bandwidth measured between its rounds: MXFP4 0.78-0.82 against 0.68-0.73, NVFP4 0.65-0.77
-// against 0.68-0.71. DeepSeek-V4-Flash's MoE layer at batch 1, 2 threads, in the ~36 GB/s mode:
-// NVFP4 3366-3605 against 3531-3663 us, MXFP4 3039 (a mixed-mode round) against 3422-3437.
-// It costs more work per byte (the block end runs once per 8 rows, not 16): in L2, one thread,
-// MXFP4 32-33 against 37 GB/s, NVFP4 26 against 33, before the software pipelining below. At 2 or
-// 4 tokens the pair kernel measured
-// faster (the block end per token dominates), so this path is one token only. No software
-// prefetch of the code stream: 4 KiB ahead measured slower here (one thread from DRAM, MXFP4
-// 22.0-23.0 against 25.0-27.0 GB/s; NVFP4 alike). The thin scale stream beside it is prefetched
-// in bursts of 4 lines (prefetch_tile_scales; its figures, measured on this path, are in
-// cpu/prefetch.h).
+// K = 4096, and their two scale streams. Here a thread reads one tile at a time: one code stream
+// and one scale stream, each contiguous over its whole tile range. On the 2-core Zen 4 the
+// hardware prefetchers keep such a stream far better ahead of a compute-heavy loop: a synthetic
+// loop of this one's density read 28.5 GB/s from DRAM on one thread with one stream (and its side
+// stream), 23.5 with two. Measured on the first such kernel, one thread, one token, 4096 -> 14336
+// from DRAM, interleaved with the pair kernel, fraction of the read bandwidth measured between its
+// rounds: MXFP4 0.78-0.82 against 0.68-0.73, NVFP4 0.65-0.77 against 0.68-0.71. At 2 or 4 tokens
+// the pair kernel measured faster (the block end per token dominates), so this path is one token
+// only. No software prefetch of the code stream: 4 KiB ahead measured slower here (one thread from
+// DRAM, MXFP4 22.0-23.0 against 25.0-27.0 GB/s; NVFP4 alike). The thin scale stream beside it is
+// prefetched in bursts of 4 lines (prefetch_tile_scales; its figures are in cpu/prefetch.h).
 //
-// The arithmetic: one vpermb transposes each chunk's 4x4 byte blocks AND interleaves the two
-// chunks, so dword 2r + h holds row r's 4 consecutive k of chunk c + h. Its activation bytes are
-// one qword broadcast from the token's codes reordered once per call (each 16-k group as
-// k 0-3, 8-11, 4-7, 12-15). Per block, one vpdpbusd chain, then each row's two dwords and the
-// block's offset entry are added: the exact int32 block sum of the scalar kernel; then cvt,
-// fl(weight scale * activation scale) and the fma on 8 lanes, as the scalar kernel does, so the
-// bits agree with it.
-// Throughput: on Zen 4 the vpermb and shift work (two pipes) bounds this loop, not the FMA pipes
-// (a register-only copy of it: 8.8 cycles per block, 5.3 without the block end). Software
-// pipelining (block b + 2 decoded, b + 1 dotted, b finished, so each stage's inputs are ready when
-// it issues), the offset added on 8 lanes after the pair sum instead of a masked broadcast into
-// the chain, and NVFP4's pre-scaled activation scales (prescale_nvfp4) took one thread, one
-// token, 4096 -> 256 in L2 from 26.2 to 29.9 GB/s (NVFP4) and 31.5 to 37.0 (MXFP4), interleaved
-// runs on the 2-core Zen 4.
-// The body alone, in registers (bench_peaks' w4a8_tile mix, bench/peers/peaks_decode_avx512.cc),
-// reads 57.5 GB/s per core there: NVFP4's block end (once per 64 bytes) costs about as much as its
-// body. Tried and not kept (one thread, one token, 4096 -> 256 in L2, interleaved with this code's
-// NVFP4 30.4-31.6 and MXFP4 36.5-37.5 GB/s): block ends two at a time (units of two blocks, each
-// row's dwords of both blocks folded by two vpermt2d, offsets, cvt and scale product on 16 lanes,
-// two fmas), NVFP4 26.5-28.1; the lane fold as one vpermd, an extract and a ymm add in place of
-// the shift, add and vpmovqd, NVFP4 29.9-30.3, MXFP4 36.3-36.7; units of two blocks laid out so
-// that no lanes need folding (two vpermt2b per 64-byte half put row r's 4 bytes of block 2u + h in
-// dword 2r + h, the token reordered to match), NVFP4 27.3-28.6 with this order kept (both
-// blocks' products duplicated across each row's lanes by moveldup / movehdup, then two fmas) and
-// 32.6-33.7 with one fma per unit (not this family's order). Its block end alone removed (results
-// wrong): 47 GB/s; with the fold and cvt only: 34.7. On Zen 4 the 8-lane block end already runs at
-// half a zmm instruction's cost per operation, and the loop is bound by its shuffles, so any
-// lane move added to the block end costs what the fold saves.
-// The vpermb control, computed at compile time (it is loaded once per tile).
-constexpr std::array<uint8_t, 64> tile_interleave_table() {
-  std::array<uint8_t, 64> c{};
-  for (int o = 0; o < 64; ++o) {
-    const int r = o / 8, h = (o / 4) % 2, j = o % 4;
-    c[o] = static_cast<uint8_t>(32 * h + fp4_chunk_byte(r, j));
-  }
-  return c;
-}
-alignas(64) constexpr std::array<uint8_t, 64> kTileInterleave = tile_interleave_table();
-
-// The token's codes, each 16-k group reordered as k 0-3, 8-11, 4-7, 12-15.
-inline void reorder_token(const int8_t* q, int64_t k, int8_t* out) {
-  const __m128i ctrl = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-  for (int64_t g = 0; g < k; g += 16) {
-    _mm_storeu_si128(
-        reinterpret_cast<__m128i*>(out + g),
-        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + g)), ctrl));
-  }
-}
-
-inline __m512i broadcast8(const int8_t* p) {
-  int64_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm512_set1_epi64(v);
-}
-
-// The one token (its reordered codes qr) against tile t over all of K.
+// The arithmetic, in 256-bit vectors: a chunk's dword r is row r (types.h), so the two vpermb of
+// its nibbles give u for k 0-3 and 4-7 of the 8 rows, and two vpdpbusd take the token's codes of
+// those k as dword broadcasts: per block, each row's int32 sum is one lane, started at the block's
+// offset entry, with no lane to fold. Then cvt, fl(weight scale * activation scale) and the fma on
+// 8 lanes, as the scalar kernel does, so the bits agree with it.
+// Why 256 bits: Zen 4 runs a 512-bit operation as two 256-bit halves, so a zmm body costs what two
+// ymm ones do, and 8-row tiles in 16-lane vectors need a fold per block (the first version of this
+// path: one vpermb interleaving chunks c and c + 1 so that dword 2r + h held row r, chunk c + h,
+// qword broadcasts of the token's codes, and per block a shift, an add and a vpmovqd before the
+// 8-lane block end). One thread, one token, 4096 -> 256 in L2, interleaved runs on the 2-core
+// Zen 4: that version NVFP4 30.1-31.9 and MXFP4 37.0-38.1 GB/s; this one 37.8-38.1 and 40.3-42.0
+// (33.5-34.7 and 36.3-37.4 with the in-lane byte transpose the earlier chunk layout needed). Its
+// body alone, in registers (bench_peaks' w4a8_tile mix, bench/peers/peaks_decode_avx512.cc), reads
+// 72.7 GB/s per core there, the 512-bit body 57.5. On a host with full-width 512-bit units (Intel)
+// the shuffle port takes 4 ymm vpermb per 64 bytes where the zmm version took 3 plus its fold's
+// vpmovqd: not measured.
+// The loop is two stages, unrolled by two, so no vector rotates between iterations: block b + 1
+// is decoded and dotted while block b is finished (three stages with rotating registers measured
+// 33.5 against 33.9-34.7 with the transpose; one dot chain per block NVFP4 33.7-37.4, MXFP4
+// 35.1-37.1).
 template <WeightFormat kFormat, bool kPrescaled>
 inline void w4a8_tile(const PackedMatrix& w, int64_t t, const QuantizedActivations& x,
-                      const int8_t* qr, const float* act_scales, float* y) {
-  constexpr int MR = 1;                         // one token (read by the mca.h markers)
-  constexpr int kPairs = kChunks<kFormat> / 2;  // chunk pairs per block: 1 or 2
+                      const float* act_scales, float* y) {
+  constexpr int MR = 1;                       // one token (read by the mca.h markers)
+  constexpr int kC = kChunks<kFormat>;        // 32-byte chunks per block: 2 or 4
+  using Codes4 [[gnu::may_alias]] = int32_t;  // 4 of the token's codes
   const int64_t k_blocks = w.k / kBlock<kFormat>;
   const avx2::Fp4Tile tile = avx2::fp4_tile_at(w, t);
+  const int8_t* q = x.q;
   const int32_t* offsets = x.offsets;
-  const __m512i lut = offset_e2m1_x2_lut();
-  const __m512i ctrl = _mm512_load_si512(kTileInterleave.data());
+  const __m256i lut = _mm512_castsi512_si256(offset_e2m1_x2_lut());
   __m256 total = _mm256_setzero_ps();
-  // Software-pipelined: block b + 1's codes are decoded and dotted while block b's sums are
-  // reduced, scaled and accumulated.
-  struct U {
-    __m512i lo[kPairs], hi[kPairs];
-  };
-  const auto decode = [&](int64_t b) {
+  // Block b's int32 sums, dword r = row r.
+  const auto dot = [&](int64_t b) {
     prefetch_tile_scales(tile.scales, b);
-    U u;
+    __m256i lo = _mm256_set1_epi32(offsets[b]), hi = _mm256_setzero_si256();
     FP4MOE_UNROLL
-    for (int c = 0; c < kPairs; ++c) {
-      const __m512i v = vpermb(ctrl, _mm512_loadu_si512(tile.codes + (b * kPairs + c) * 64));
-      u.lo[c] = vpermb(v, lut);
-      u.hi[c] = vpermb(_mm512_srli_epi16(v, 4), lut);
+    for (int c = 0; c < kC; ++c) {
+      const __m256i v = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(tile.codes + (b * kC + c) * kChunkBytes));
+      const int8_t* qc = q + b * kBlock<kFormat> + c * kFp4ChunkK;
+      lo = _mm256_dpbusd_epi32(lo, vpermb(v, lut),
+                               _mm256_set1_epi32(*reinterpret_cast<const Codes4*>(qc)));
+      hi = _mm256_dpbusd_epi32(hi, vpermb(_mm256_srli_epi16(v, 4), lut),
+                               _mm256_set1_epi32(*reinterpret_cast<const Codes4*>(qc + 4)));
     }
-    return u;
+    return _mm256_add_epi32(lo, hi);
   };
-  const auto dot = [&](int64_t b, const U& u) {
-    __m512i sum = _mm512_setzero_si512();
-    FP4MOE_UNROLL
-    for (int c = 0; c < kPairs; ++c) {
-      const int8_t* q = qr + b * kBlock<kFormat> + 16 * c;
-      sum = _mm512_dpbusd_epi32(sum, u.lo[c], broadcast8(q));
-      sum = _mm512_dpbusd_epi32(sum, u.hi[c], broadcast8(q + 8));
-    }
-    return sum;
-  };
-  const auto finish = [&](int64_t b, __m512i sum) {
-    const __m256i rows =
-        _mm256_add_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi32(sum, _mm512_srli_epi64(sum, 32))),
-                         _mm256_set1_epi32(offsets[b]));
+  const auto finish = [&](int64_t b, __m256i rows) {
     const __m256 w_scale = kPrescaled
                                ? avx2::nvfp4_scale_bits(tile.scales + b * kTileRows)
                                : avx2::decode_block_scales<kFormat>(tile.scales + b * kTileRows);
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows),
                             _mm256_mul_ps(w_scale, _mm256_set1_ps(act_scales[b])), total);
   };
-  // Three stages: block b + 2 decoded, b + 1 dotted, b finished (pipeline.h).
-  pipelined_k_blocks<3>(
-      k_blocks, decode, dot, finish, [] { FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni"); },
-      [] { FP4MOE_MCA_BLOCK_END(); });
+  __m256i s0 = dot(0);
+  int64_t b = 0;
+  for (; b + 2 < k_blocks; b += 2) {
+    FP4MOE_MCA_BLOCK_BEGIN("w4a8_tile", "avx512_vnni");
+    const __m256i s1 = dot(b + 1);
+    finish(b, s0);
+    s0 = dot(b + 2);
+    finish(b + 1, s1);
+    FP4MOE_MCA_BLOCK_END();
+  }
+  if (b + 1 < k_blocks) {
+    const __m256i s1 = dot(b + 1);
+    finish(b, s0);
+    s0 = s1;
+    ++b;
+  }
+  finish(b, s0);
   avx2::store_rows(y + t * kTileRows, _mm256_mul_ps(total, _mm256_set1_ps(w.tensor_scale * 0.5f)),
                    tile.rows);
 }
@@ -629,20 +586,17 @@ void w4a8_one_token(const PackedMatrix& w, const QuantizedActivations& x, float*
                     int64_t tile_begin, int64_t tile_end) {
   // The pipelined tile loop starts at block 0: K holds at least one block (pack/ checks it).
   FP4MOE_CHECK(w.k >= kBlock<kFormat>);
-  thread_local std::vector<int8_t> reordered;
-  reordered.resize(static_cast<size_t>(w.k));
-  reorder_token(x.q, w.k, reordered.data());
   if constexpr (kFormat == WeightFormat::kNvfp4) {
     thread_local std::vector<float> prescaled;
     if (prescale_nvfp4(x.scales, w.k / kBlock<kFormat>, prescaled)) {
       for (int64_t t = tile_begin; t < tile_end; ++t) {
-        w4a8_tile<kFormat, true>(w, t, x, reordered.data(), prescaled.data(), y);
+        w4a8_tile<kFormat, true>(w, t, x, prescaled.data(), y);
       }
       return;
     }
   }
   for (int64_t t = tile_begin; t < tile_end; ++t) {
-    w4a8_tile<kFormat, false>(w, t, x, reordered.data(), x.scales, y);
+    w4a8_tile<kFormat, false>(w, t, x, x.scales, y);
   }
 }
 
