@@ -1,14 +1,19 @@
 // bench_peaks: this machine's DRAM read bandwidth, FP32 FMA peak and int8 dot-product peak with
 // all threads of the pool, measured now, for the peer benchmark's ratios (bench/peers/peers.py);
 // on AVX2 also the int8 block dot the W4A8 kernels are built from (peaks.h), beside the peak; with
-// AVX-512 VBMI the one-token decode loops' bodies in registers, in GB/s of codes.
+// AVX-512 VBMI the one-token decode loops' bodies in registers, in GB/s of codes; and the
+// round trip of a cache line between two threads, which says how the CPUs they run on share a
+// cache (on the 2-core Zen 4 VM: ~55 ns, or ~300 ns while its DRAM read ~60 GB/s instead of
+// ~35: two CPUs on two dies, each with its own link to memory).
 //   bench_peaks [--json] [--min-gib G] [--seconds S]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -55,6 +60,43 @@ Peak measure_peak(const char* name, double ops_per_iter, Loop loop, double secon
   return p;
 }
 
+// Nanoseconds per round trip of one cache line between this thread and another (each waits for
+// the other's store, then stores), the median of 5 rounds of up to 20000 round trips or about
+// 20 ms each; -1 with one CPU (the threads would only take turns).
+double core_round_trip_ns() {
+  if (std::thread::hardware_concurrency() < 2) return -1;
+  alignas(64) std::atomic<int64_t> line{0};
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    int64_t want = 1;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (line.load(std::memory_order_acquire) == want) {
+        line.store(want + 1, std::memory_order_release);
+        want += 2;
+      }
+    }
+  });
+  std::vector<double> rounds;
+  int64_t next = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = Clock::now();
+    int64_t n = 0;
+    for (; n < 20000; ++n) {
+      line.store(next + 1, std::memory_order_release);
+      while (line.load(std::memory_order_acquire) != next + 2) {
+      }
+      next += 2;
+      if ((n & 255) == 255 && Clock::now() - t0 > std::chrono::milliseconds(20)) break;
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rounds.push_back(s / static_cast<double>(n + 1) * 1e9);
+  }
+  stop.store(true);
+  other.join();
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
+
 int run(int argc, char** argv) {
   bool json = false;
   double min_gib = 1.0, seconds = 0.6;
@@ -75,6 +117,7 @@ int run(int argc, char** argv) {
   const size_t bytes = static_cast<size_t>(min_gib * double(size_t{1} << 30));
   double huge = -1;
   const double bandwidth = dispatch::measure_read_bandwidth_gbps(pool, bytes, 3, &huge);
+  const double round_trip = core_round_trip_ns();
 
   std::vector<Peak> fma, int8, mix;
   const bool avx2 = cpu.avx2 && cpu.fma && cpu.os_ymm;
@@ -142,10 +185,10 @@ int run(int argc, char** argv) {
         "\"bandwidth_huge_page_fraction\": %.3f, \"fp32_fma_gflops\": %.2f, "
         "\"fp32_fma_instr\": \"%s\", \"int8_gops\": %.2f, \"int8_instr\": \"%s\", "
         "\"fp32_fma_all\": %s, \"int8_all\": %s, \"amx_int8_all\": %s, \"int8_mix_all\": %s, "
-        "\"decode_mix_gbps\": %s}\n",
+        "\"decode_mix_gbps\": %s, \"core_round_trip_ns\": %.1f}\n",
         pool.size(), cpu.summary().c_str(), bandwidth, huge, fma_best.gops, fma_best.name.c_str(),
         int8_best.gops, int8_best.name.c_str(), list(fma).c_str(), list(int8).c_str(),
-        list(amx).c_str(), list(mix).c_str(), list(decode).c_str());
+        list(amx).c_str(), list(mix).c_str(), list(decode).c_str(), round_trip);
   } else {
     std::printf("%d threads; %s\n", pool.size(), cpu.summary().c_str());
     std::printf("DRAM read bandwidth: %.2f GB/s (%.2f GiB buffer, ", bandwidth, min_gib);
@@ -154,6 +197,7 @@ int run(int argc, char** argv) {
     } else {
       std::printf("%.0f%% in 2 MiB pages)\n", huge * 100);
     }
+    if (round_trip > 0) std::printf("core-to-core round trip: %.0f ns\n", round_trip);
     for (const Peak& p : fma)
       std::printf("FP32 FMA peak  %-16s %8.1f GFLOP/s\n", p.name.c_str(), p.gops);
     for (const Peak& p : int8)
