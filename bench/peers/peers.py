@@ -935,7 +935,7 @@ def run_all(args, ours: Ours, ggml_factory, kt_runner) -> dict:
         for k, n in shapes:
             label = f"{k}->{n}"
             our_gemm: dict = {}
-            for vi, (peer, gtype, repack, _) in enumerate(GGML_VARIANTS):
+            for vi, (peer, gtype, repack, pfmt) in enumerate(GGML_VARIANTS):
                 try:
                     p = ggml_factory("gemm", gtype, repack, k, n, min_bytes)
                 except Exception as e:  # a peer that cannot run here is a row, not a crash
@@ -950,9 +950,9 @@ def run_all(args, ours: Ours, ggml_factory, kt_runner) -> dict:
                             # The decode comparison: our exact path of the peer's format right
                             # after the peer, so both ran in the same DRAM mode (the VM's
                             # bandwidth switches between ~35 and ~60 GB/s within a run).
-                            log(f"fp4moe {GGML_VARIANTS[vi][3]} w4a16 {label} m=1 beside {peer}")
+                            log(f"fp4moe {pfmt} w4a16 {label} m=1 beside {peer}")
                             peer_runs[(label, m, peer)]["ours_w4a16_beside"] = ours.gemm(
-                                GGML_VARIANTS[vi][3], "w4a16", 1, k, n)
+                                pfmt, "w4a16", 1, k, n)
                     ours_cfg = pair(vi)
                     if ours_cfg:
                         log(f"fp4moe {ours_cfg[0]} {ours_cfg[1]} {label} m={m}")
