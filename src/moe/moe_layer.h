@@ -63,7 +63,8 @@ inline constexpr int kMoePhases = 8;
 std::string_view moe_phase_name(MoePhase phase);
 
 // Wall seconds of each phase of the last forward call (steady_clock read at each boundary, about
-// 20 ns a read), and how many thread-pool jobs the call handed off.
+// 20 ns a read), and how many thread-pool jobs the call handed off (a job of one task runs on the
+// calling thread and is not one).
 struct MoePhaseTimes {
   double seconds[kMoePhases] = {};
   int pool_jobs = 0;
@@ -148,8 +149,9 @@ class MoeLayer {
   std::vector<float> logits_;  // [max_tokens, E]
   std::vector<int32_t> ids_;
   std::vector<float> route_weights_;
-  // slot_of_[t * K + k]: that choice's row in the expert-grouped set; slot_expert_: the inverse.
-  std::vector<int32_t> counts_, offsets_, slot_of_, slot_expert_;
+  // slot_of_[t * K + k]: that choice's row in the expert-grouped set; slot_expert_ and
+  // slot_token_: the expert and the token of each row.
+  std::vector<int32_t> counts_, offsets_, slot_of_, slot_expert_, slot_token_;
   std::vector<float> xg_;         // gathered inputs [T * K, H], grouped by expert
   std::vector<float> gate_, up_;  // [T * K, I_max]
   std::vector<float> out_;        // [T * K, H]
@@ -157,8 +159,13 @@ class MoeLayer {
   std::vector<Task> tasks_, order_;  // order_: tasks_ in the order run_tasks hands them out
   // W4A8 activations (empty when no plan of that role is W4A8): the grouped inputs, the tokens
   // for the shared experts, and the gated activations feeding the routed / shared down products.
-  dispatch::QuantizedActivationBuffer routed_in_q_, shared_in_q_, routed_act_q_, shared_act_q_;
+  // routed_tok_q_: the tokens themselves in the routed inputs' block, which a call reads in place
+  // of the grouped ones where every active expert's rows are consecutive tokens (always at one
+  // token): each token quantized once instead of once per choice (forward()).
+  dispatch::QuantizedActivationBuffer routed_in_q_, routed_tok_q_, shared_in_q_, routed_act_q_,
+      shared_act_q_;
   bool routed_in_w4a8_ = false, shared_in_w4a8_ = false;
+  bool routed_in_exact_ = false;  // some routed gate/up product is exact (reads xg_)
   // BF16 activations (takes_bf16), each empty when no plan of that role takes them; indexed as the
   // F32 buffer they round: xg_, the tokens (x), gate_ and shared_gate_.
   std::vector<uint16_t> routed_in_b_, shared_in_b_, routed_act_b_, shared_act_b_;

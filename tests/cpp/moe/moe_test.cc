@@ -508,6 +508,70 @@ TEST(Router, LogitsAreTheSpecifiedSumOnEveryPath) {
   }
 }
 
+// The gated activation against FP64 over g in [-100, 100] (every 1/64, and 4096 random points of
+// [-30, 30]), with and without the clamp, biases and gpt-oss's alpha: within 4 F32 ulp of the
+// FP64 value, plus 1e-35 absolute where exp(-g) overflows F32 (g < -87: the value is below 1e-36).
+// Row lengths 1..9 cover the 4-lane tail: each element's result is its result alone. NaN in, NaN
+// out.
+TEST(MoeLayer, GatedActivationWithinFourUlpOfFp64) {
+  const uint32_t seed = 486;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-30.0f, 30.0f);
+  std::vector<float> gs, us;
+  for (int i = -6400; i <= 6400; ++i) gs.push_back(static_cast<float>(i) / 64.0f);
+  for (int i = 0; i < 4096; ++i) gs.push_back(uni(rng));
+  for (size_t i = 0; i < gs.size(); ++i) us.push_back(uni(rng) / 8.0f);
+  for (const ActivationConfig act : {ActivationConfig{GatedActivation::kSwiGlu, 0.0f, 1.702f},
+                                     ActivationConfig{GatedActivation::kSwiGlu, 7.0f, 1.702f},
+                                     ActivationConfig{GatedActivation::kSwiGluOai, 7.0f, 1.702f}}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE("kind " + std::to_string(static_cast<int>(act.kind)) + " limit " +
+                   std::to_string(act.limit) + " bias " + std::to_string(bias) + " seed " +
+                   std::to_string(seed));
+      const int64_t n = static_cast<int64_t>(gs.size());
+      std::vector<float> gb(bias ? n : 0), ub(bias ? n : 0);
+      for (int64_t i = 0; i < static_cast<int64_t>(gb.size()); ++i) {
+        gb[i] = 0.25f * static_cast<float>(i % 7) - 0.75f;
+        ub[i] = 0.125f * static_cast<float>(i % 5) - 0.25f;
+      }
+      std::vector<float> g = gs;
+      apply_gated_activation(act, g.data(), us.data(), n, gb, ub);
+      for (int64_t i = 0; i < n; ++i) {
+        double gi = gs[i] + (bias ? gb[i] : 0.0f), ui = us[i] + (bias ? ub[i] : 0.0f);
+        if (act.limit > 0) {
+          gi = std::min<double>(static_cast<float>(gi), act.limit);
+          ui = std::clamp<double>(static_cast<float>(ui), -act.limit, act.limit);
+        }
+        gi = static_cast<float>(gi);  // the F32 sums the layer makes
+        ui = static_cast<float>(ui);
+        const double ref = act.kind == GatedActivation::kSwiGluOai
+                               ? gi /
+                                     (1.0 + std::exp(-static_cast<double>(static_cast<float>(
+                                                act.alpha * static_cast<float>(gi))))) *
+                                     (ui + 1.0)
+                               : gi / (1.0 + std::exp(-gi)) * ui;
+        ASSERT_NEAR(g[i], ref, 4 * 0x1p-24 * std::fabs(ref) + 1e-35)
+            << "g " << gs[i] << " u " << us[i];
+      }
+      // Rows of 1..9: the same element gives the same bits at every position.
+      for (int64_t len = 1; len <= 9; ++len) {
+        std::vector<float> row(gs.begin(), gs.begin() + len);
+        apply_gated_activation(
+            act, row.data(), us.data(), len,
+            bias ? std::span<const float>(gb).first(len) : std::span<const float>(),
+            bias ? std::span<const float>(ub).first(len) : std::span<const float>());
+        for (int64_t i = 0; i < len; ++i)
+          ASSERT_EQ(row[i], g[i]) << "length " << len << " at " << i;
+      }
+    }
+  }
+  float nan_g[3] = {1.0f, NAN, -2.0f};
+  const float u3[3] = {1.0f, 1.0f, 1.0f};
+  apply_gated_activation({GatedActivation::kSwiGlu, 7.0f, 1.702f}, nan_g, u3, 3, {}, {});
+  EXPECT_TRUE(std::isnan(nan_g[1]));
+  EXPECT_FALSE(std::isnan(nan_g[0]) || std::isnan(nan_g[2]));
+}
+
 TEST(MoeLayer, TopKEqualsNumberOfExperts) {
   const uint32_t seed = 44;
   std::mt19937 rng(seed);
@@ -643,6 +707,67 @@ TEST(MoeLayer, PhaseTimesCoverTheCallAndCountItsPoolJobs) {
     // router logits, gate/up, activation, down, combine; W4A8 adds the routed inputs'
     // quantization (the shared expert is FP8 here, so it has no quantized input).
     EXPECT_EQ(times.pool_jobs, w4a8 ? 6 : 5);
+    // One token: its combine is one task, and W4A8 quantizes the token once, on the calling
+    // thread, for every expert (each expert's row is that token), so neither is a pool job.
+    ASSERT_TRUE(layer->forward(x.data(), 1, y.data(), ThreadPool::global()).ok());
+    EXPECT_EQ(layer->last_phase_times().pool_jobs, 4);
+  }
+}
+
+// W4A8 experts read the quantized tokens in place where every active expert's rows are
+// consecutive tokens (always with 2 tokens; top-k = E: every expert has every token), else the
+// inputs grouped by expert and quantized per row (top-2 of 4 over 7 tokens: some expert's tokens
+// are not consecutive). Either way each output row is the one the token gets alone, bit for bit:
+// the W4A8 kernels' sums do not depend on the other tokens, so a view of the wrong rows (an
+// expert whose first token is not token 0 reading token 0) shows here.
+TEST(MoeLayerW4A8, TokenRowsReadInPlaceOrGroupedGiveEachTokenItsOwnOutput) {
+  const uint32_t seed = 485;
+  struct Case {
+    int64_t tokens;
+    int top_k;
+    bool grouped;
+  };
+  for (const Case c : {Case{2, 2, false}, Case{7, 4, false}, Case{7, 2, true}}) {
+    SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " top_k " + std::to_string(c.top_k) +
+                 " seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    Fixture fx;
+    fx.config.hidden = kHidden;
+    fx.config.router = {
+        4, c.top_k, ScoringFunc::kSoftmax, WeightRule::kScoresAtSelected, true, 1.0f, 1, 1};
+    fx.config.routed_activation = {GatedActivation::kSwiGlu, 0.0f, 1.702f};
+    fx.config.shared_activation = fx.config.routed_activation;
+    fx.routed_format = WeightFormat::kNvfp4;
+    build(fx, 0, kInter, rng);
+    const int64_t h = fx.config.hidden;
+    const std::vector<float> x = testing::random_activations(c.tokens, h, rng);
+    auto layer = make_layer(fx, c.tokens, dispatch::best_host_isa(), dispatch::Precision::kW4A8);
+    ASSERT_TRUE(layer.ok()) << layer.error().message;
+    std::vector<float> y(c.tokens * h), one(h);
+    ASSERT_TRUE(layer->forward(x.data(), c.tokens, y.data(), ThreadPool::global()).ok());
+    // Per expert: whether its tokens have a gap, and whether its first token is not token 0.
+    bool gap = false, later_first = false;
+    for (int e = 0; e < 4; ++e) {
+      int64_t first = -1, last = -1;
+      for (int64_t s = 0; s < c.tokens * c.top_k; ++s) {
+        if (layer->ids()[s] != e) continue;
+        const int64_t t = s / c.top_k;
+        gap = gap || (last >= 0 && t != last + 1);
+        if (first < 0) first = t;
+        last = t;
+      }
+      later_first = later_first || first > 0;
+    }
+    ASSERT_EQ(gap, c.grouped) << "the routing of seed " << seed << " changed: pick another";
+    if (c.tokens == 2) {
+      ASSERT_TRUE(later_first) << "every expert's first token is token 0";
+    }
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      ASSERT_TRUE(layer->forward(x.data() + t * h, 1, one.data(), ThreadPool::global()).ok());
+      for (int64_t j = 0; j < h; ++j) {
+        ASSERT_EQ(y[t * h + j], one[j]) << "token " << t << " row " << j;
+      }
+    }
   }
 }
 
