@@ -176,7 +176,15 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
 // slice applies the output scale. The arithmetic per block is the scalar kernel's, so the bits
 // agree with it.
 // Slice length: the activation buffer holds kActBytes of codes, so the fewer the tokens the longer
-// the slice (up to kMaxSliceK).
+// the slice (up to kMaxSliceK). Every slice but the first reloads each register block's totals
+// from y and every slice stores them: at 96 tokens, 4096 -> 2048 and 2 threads, y is 2 x 384 KiB,
+// so those reloads come from beyond L2. 192 KiB (in L2: 2048 k at up to 16 groups, i.e. 96 tokens)
+// in place of 48 KiB (512 k there), measured on the 2-core Zen 4, 2 threads, weights from DRAM,
+// interleaved, GFLOP/s: NVFP4 4096 -> 2048 at 64 tokens 478-508 -> 481-521, at 256 485-510 ->
+// 513-534, 2048 -> 4096 at 256 490-525 -> 531-541, 4096 -> 14336 at 64 447-486 -> 505-507; MXFP4
+// 4096 -> 2048 at 64 596-622 -> 628-653, at 256 606-666 -> 629-642 (alike), 2048 -> 4096 at 256
+// 624-659 -> 699-707, 4096 -> 14336 at 64 622-636 -> 517-651 (one low run). (96 KiB and 384 KiB
+// measured between the two.)
 // Below 12 tokens the groups that decode into registers measured faster with the weights
 // streaming from DRAM (4096 x 14336, 2 threads: 1.4 against 2.0 ms at M = 4, 3.4 against 3.0 at
 // 12; 4096 x 2048 on the 2-core Zen 4, groups of <= 6, GFLOP/s MXFP4 / NVFP4: M = 5 468 / 409
@@ -187,7 +195,7 @@ constexpr int64_t kManyTokensMin = 12;
 constexpr int kManyMr = 6;
 constexpr int kMaxPairs = 2;
 constexpr int64_t kPassTokens = 16 * kManyMr;
-constexpr int64_t kActBytes = 48 * 1024;
+constexpr int64_t kActBytes = 192 * 1024;
 constexpr int64_t kMinSliceK = 512;
 constexpr int64_t kMaxSliceK = 2048;
 
@@ -410,7 +418,10 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
   static_assert(kPassTokens / kManyMr * (kMinSliceK / kB) <= kMaxGroupBlocks);
   const int64_t k_blocks = w.k / kB;
   DecodedBlock<kFormat> decoded[kMaxPairs * kMaxSliceBlocks];
-  TokenBlock<kFormat> act[kMaxGroupBlocks];
+  // The activation buffer (up to 288 KiB) lives on the heap, once per thread: on the stack it
+  // would overflow a caller's small thread stack.
+  thread_local std::vector<TokenBlock<kFormat>> act_buffer(kMaxGroupBlocks);
+  TokenBlock<kFormat>* const act = act_buffer.data();
   SliceOut o;
   o.ldy = ldy;
   o.out_scale = _mm512_set1_ps(w.tensor_scale * 0.5f);
