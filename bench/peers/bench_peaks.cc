@@ -80,16 +80,17 @@ double core_round_trip_ns() {
   int64_t next = 0;
   for (int round = 0; round < 5; ++round) {
     const auto t0 = Clock::now();
-    int64_t n = 0;
-    for (; n < 20000; ++n) {
+    int64_t n = 0;  // round trips completed
+    while (n < 20000) {
       line.store(next + 1, std::memory_order_release);
       while (line.load(std::memory_order_acquire) != next + 2) {
       }
       next += 2;
-      if ((n & 255) == 255 && Clock::now() - t0 > std::chrono::milliseconds(20)) break;
+      ++n;
+      if (n % 256 == 0 && Clock::now() - t0 > std::chrono::milliseconds(20)) break;
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    rounds.push_back(s / static_cast<double>(n + 1) * 1e9);
+    rounds.push_back(s / static_cast<double>(n) * 1e9);
   }
   stop.store(true);
   other.join();

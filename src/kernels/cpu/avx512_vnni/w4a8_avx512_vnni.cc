@@ -175,16 +175,17 @@ inline void w4a8_pair(const PackedMatrix& w, const Fp4TilePair& p, const Quantiz
 // slice. Totals carry between slices in y itself (F32, stored and reloaded exactly); the last
 // slice applies the output scale. The arithmetic per block is the scalar kernel's, so the bits
 // agree with it.
-// Slice length: the activation buffer holds kActBytes of codes, so the fewer the tokens the longer
-// the slice (up to kMaxSliceK). Every slice but the first reloads each register block's totals
-// from y and every slice stores them: at 96 tokens, 4096 -> 2048 and 2 threads, y is 2 x 384 KiB,
-// so those reloads come from beyond L2. 192 KiB (in L2: 2048 k at up to 16 groups, i.e. 96 tokens)
-// in place of 48 KiB (512 k there), measured on the 2-core Zen 4, 2 threads, weights from DRAM,
-// interleaved, GFLOP/s: NVFP4 4096 -> 2048 at 64 tokens 478-508 -> 481-521, at 256 485-510 ->
-// 513-534, 2048 -> 4096 at 256 490-525 -> 531-541, 4096 -> 14336 at 64 447-486 -> 505-507; MXFP4
-// 4096 -> 2048 at 64 596-622 -> 628-653, at 256 606-666 -> 629-642 (alike), 2048 -> 4096 at 256
-// 624-659 -> 699-707, 4096 -> 14336 at 64 622-636 -> 517-651 (one low run). (96 KiB and 384 KiB
-// measured between the two.)
+// Slice length: kSliceK at every token count. Every slice but the first reloads each register
+// block's totals from y and every slice stores them: at 96 tokens, 4096 -> 2048 and 2 threads, y is
+// 2 x 384 KiB, so those reloads come from beyond L2. The activation buffer holds a whole pass's
+// slice (16 groups x 2048 k of codes, with their scales and offsets: 288 KiB NVFP4, 240 KiB MXFP4,
+// in L2). Before, a 48 KiB buffer set the slice (512 k at 96 tokens, up to 2048 for fewer); this
+// one measured on the 2-core Zen 4, 2 threads, weights from DRAM, interleaved, GFLOP/s:
+// NVFP4 4096 -> 2048 at 64 tokens 478-508 -> 481-521, at 256 485-510 -> 513-534, 2048 -> 4096 at
+// 256 490-525 -> 531-541, 4096 -> 14336 at 64 447-486 -> 505-507; MXFP4 4096 -> 2048 at 64
+// 596-622 -> 628-653, at 256 606-666 -> 629-642 (alike), 2048 -> 4096 at 256 624-659 -> 699-707,
+// 4096 -> 14336 at 64 622-636 -> 517-651 (one low run). (Buffers of 96 and 384 KiB measured
+// between the two.)
 // Below 12 tokens the groups that decode into registers measured faster with the weights
 // streaming from DRAM (4096 x 14336, 2 threads: 1.4 against 2.0 ms at M = 4, 3.4 against 3.0 at
 // 12; 4096 x 2048 on the 2-core Zen 4, groups of <= 6, GFLOP/s MXFP4 / NVFP4: M = 5 468 / 409
@@ -195,9 +196,7 @@ constexpr int64_t kManyTokensMin = 12;
 constexpr int kManyMr = 6;
 constexpr int kMaxPairs = 2;
 constexpr int64_t kPassTokens = 16 * kManyMr;
-constexpr int64_t kActBytes = 192 * 1024;
-constexpr int64_t kMinSliceK = 512;
-constexpr int64_t kMaxSliceK = 2048;
+constexpr int64_t kSliceK = 2048;
 
 template <WeightFormat kFormat>
 struct alignas(64) DecodedBlock {
@@ -412,15 +411,12 @@ template <WeightFormat kFormat, bool kVbmi>
 void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, float* y,
                int64_t ldy, int64_t tile_begin, int64_t tile_end) {
   constexpr int kB = kBlock<kFormat>;
-  constexpr int64_t kMaxSliceBlocks = kMaxSliceK / kB;
-  constexpr int64_t kMaxGroupBlocks = kActBytes / (kManyMr * kB);  // groups x blocks per slice
-  // The fullest pass (kPassTokens / kManyMr groups) at the shortest slice fits the buffer.
-  static_assert(kPassTokens / kManyMr * (kMinSliceK / kB) <= kMaxGroupBlocks);
+  constexpr int64_t kSliceBlocks = kSliceK / kB;
   const int64_t k_blocks = w.k / kB;
-  DecodedBlock<kFormat> decoded[kMaxPairs * kMaxSliceBlocks];
-  // The activation buffer (up to 288 KiB) lives on the heap, once per thread: on the stack it
-  // would overflow a caller's small thread stack.
-  thread_local std::vector<TokenBlock<kFormat>> act_buffer(kMaxGroupBlocks);
+  DecodedBlock<kFormat> decoded[kMaxPairs * kSliceBlocks];
+  // The activation buffer of the fullest pass (kPassTokens / kManyMr groups) lives on the heap,
+  // once per thread: on the stack it would overflow a caller's small thread stack.
+  thread_local std::vector<TokenBlock<kFormat>> act_buffer(kPassTokens / kManyMr * kSliceBlocks);
   TokenBlock<kFormat>* const act = act_buffer.data();
   SliceOut o;
   o.ldy = ldy;
@@ -432,10 +428,8 @@ void w4a8_many(const PackedMatrix& w, const QuantizedActivations& x, int64_t m, 
     const int64_t groups = (mb + kManyMr - 1) / kManyMr;
     int64_t starts[kPassTokens / kManyMr + 1];  // the groups' first tokens, then mb
     for (int64_t g = 0; g <= groups; ++g) starts[g] = group_start(mb, groups, g);
-    const int64_t slice_blocks =
-        std::clamp(kMaxGroupBlocks / groups, kMinSliceK / kB, kMaxSliceBlocks);
-    for (int64_t b0 = 0; b0 < k_blocks; b0 += slice_blocks) {
-      const int64_t nb = std::min(slice_blocks, k_blocks - b0);
+    for (int64_t b0 = 0; b0 < k_blocks; b0 += kSliceBlocks) {
+      const int64_t nb = std::min(kSliceBlocks, k_blocks - b0);
       o.first = b0 == 0;
       o.last = b0 + nb == k_blocks;
       const bool act_in_range = pack_tokens(x, i0, mb, groups, b0, nb, act);
